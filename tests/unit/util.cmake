@@ -1,0 +1,1 @@
+pdserve_add_test(util_test SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/util_test.cc LIBS pdserve_util)

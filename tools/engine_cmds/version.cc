@@ -1,0 +1,17 @@
+#include <cstdio>
+
+#include "tools/subcommand.h"
+
+namespace pdserve {
+namespace {
+
+int RunVersion(const std::vector<std::string>&) {
+  std::printf("pdserve 0.1.0\n");
+  return 0;
+}
+
+PDSERVE_SUBCOMMAND("version", "print the version", "pdserve version",
+                   RunVersion);
+
+}  // namespace
+}  // namespace pdserve
