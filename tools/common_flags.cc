@@ -1,0 +1,36 @@
+#include "tools/common_flags.h"
+
+#include "absl/flags/flag.h"
+
+ABSL_FLAG(std::string, model, "models/stories260K",
+          "Hugging Face model directory, or synthetic:NAME (llama-110m, "
+          "llama-1b, llama3-8b) for random weights at a real shape");
+ABSL_FLAG(std::string, dtype, "f32", "weight/compute dtype: f32 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "auto", "KV cache dtype: auto (= --dtype), f32 or bf16");
+ABSL_FLAG(std::string, kv_cache_memory, "256MiB",
+          "KV cache budget: bytes (e.g. 512MiB, 2GiB) or a fraction of free "
+          "memory (e.g. 0.2)");
+ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
+ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
+ABSL_FLAG(int32_t, max_num_seqs, 64, "maximum sequences in one decode batch");
+ABSL_FLAG(std::string, device, "cpu", "compute device: cpu or cuda");
+
+ABSL_FLAG(int32_t, max_tokens, 64, "maximum tokens to generate");
+ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
+ABSL_FLAG(double, top_p, 1.0, "nucleus sampling probability mass, in (0, 1]");
+ABSL_FLAG(int32_t, top_k, 0, "keep the k most likely tokens (0 = off)");
+ABSL_FLAG(double, min_p, 0.0, "drop tokens below min_p x the top probability");
+ABSL_FLAG(double, repetition_penalty, 1.0, "HF repetition penalty (1 = off)");
+ABSL_FLAG(double, presence_penalty, 0.0, "OpenAI presence penalty");
+ABSL_FLAG(double, frequency_penalty, 0.0, "OpenAI frequency penalty");
+ABSL_FLAG(int64_t, seed, 0, "random seed for sampling");
+ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-sequence ids");
+ABSL_FLAG(int32_t, top_logprobs, 0, "return the K most likely tokens per position");
+ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, stop_token_ids, {},
+          "extra stop token ids (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, prompt_ids, {},
+          "prompt as token ids (comma-separated)");
+
+ABSL_FLAG(bool, json, false, "print results as JSON");
+ABSL_FLAG(std::string, input_jsonl, "", "read one request per line from this JSONL file");

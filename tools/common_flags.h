@@ -1,0 +1,43 @@
+// Flags shared by several subcommands. Abseil flags are global to the binary,
+// so a flag used by more than one subcommand is declared here exactly once.
+// Subcommand-specific flags live in that subcommand's file.
+#ifndef PDSERVE_TOOLS_COMMON_FLAGS_H_
+#define PDSERVE_TOOLS_COMMON_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+
+// Engine.
+ABSL_DECLARE_FLAG(std::string, model);  // HF directory or synthetic:NAME
+ABSL_DECLARE_FLAG(std::string, dtype);  // f32 | bf16 (weights)
+ABSL_DECLARE_FLAG(std::string, kv_dtype);  // auto (= dtype) | f32 | bf16
+ABSL_DECLARE_FLAG(std::string, kv_cache_memory);  // bytes ("512MiB") or fraction ("0.2")
+ABSL_DECLARE_FLAG(int32_t, block_size);
+ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
+ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
+ABSL_DECLARE_FLAG(std::string, device);  // cpu | cuda
+
+// Request: sampling and stopping (complete, generate, bench).
+ABSL_DECLARE_FLAG(int32_t, max_tokens);
+ABSL_DECLARE_FLAG(double, temperature);
+ABSL_DECLARE_FLAG(double, top_p);
+ABSL_DECLARE_FLAG(int32_t, top_k);
+ABSL_DECLARE_FLAG(double, min_p);
+ABSL_DECLARE_FLAG(double, repetition_penalty);
+ABSL_DECLARE_FLAG(double, presence_penalty);
+ABSL_DECLARE_FLAG(double, frequency_penalty);
+ABSL_DECLARE_FLAG(int64_t, seed);
+ABSL_DECLARE_FLAG(bool, ignore_eos);
+ABSL_DECLARE_FLAG(int32_t, top_logprobs);
+ABSL_DECLARE_FLAG(std::vector<std::string>, stop);           // stop strings
+ABSL_DECLARE_FLAG(std::vector<std::string>, stop_token_ids);  // extra stop ids
+ABSL_DECLARE_FLAG(std::vector<std::string>, prompt_ids);      // 1,2,3
+
+// Input/output.
+ABSL_DECLARE_FLAG(bool, json);
+ABSL_DECLARE_FLAG(std::string, input_jsonl);
+
+#endif  // PDSERVE_TOOLS_COMMON_FLAGS_H_
