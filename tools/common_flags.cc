@@ -14,6 +14,9 @@ ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "maximum sequences in one decode batch");
 ABSL_FLAG(std::string, device, "cpu", "compute device: cpu or cuda");
+ABSL_FLAG(std::string, tokenizer, "",
+          "tokenizer.json, or a directory holding it (default \"\": the "
+          "--model directory's tokenizer)");
 
 ABSL_FLAG(int32_t, max_tokens, 64, "maximum tokens to generate");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
@@ -23,7 +26,8 @@ ABSL_FLAG(double, min_p, 0.0, "drop tokens below min_p x the top probability");
 ABSL_FLAG(double, repetition_penalty, 1.0, "HF repetition penalty (1 = off)");
 ABSL_FLAG(double, presence_penalty, 0.0, "OpenAI presence penalty");
 ABSL_FLAG(double, frequency_penalty, 0.0, "OpenAI frequency penalty");
-ABSL_FLAG(int64_t, seed, 0, "random seed for sampling");
+ABSL_FLAG(int64_t, seed, 0,
+          "random seed for sampling (bench: also of its dataset and arrivals)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-sequence ids");
 ABSL_FLAG(int32_t, top_logprobs, 0, "return the K most likely tokens per position");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
@@ -31,6 +35,13 @@ ABSL_FLAG(std::vector<std::string>, stop_token_ids, {},
           "extra stop token ids (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, prompt_ids, {},
           "prompt as token ids (comma-separated)");
+
+ABSL_FLAG(std::string, target, "localhost:50051",
+          "router address HOST:PORT (clients: generate, bench)");
+
+ABSL_FLAG(std::vector<std::string>, decode, {},
+          "tokenize: decode these comma-separated ids instead of encoding; "
+          "up: number of decode workers (default 1)");
 
 ABSL_FLAG(bool, json, false, "print results as JSON");
 ABSL_FLAG(std::string, input_jsonl, "", "read one request per line from this JSONL file");

@@ -19,6 +19,7 @@ ABSL_DECLARE_FLAG(int32_t, block_size);
 ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
 ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
 ABSL_DECLARE_FLAG(std::string, device);  // cpu | cuda
+ABSL_DECLARE_FLAG(std::string, tokenizer);  // "" = the --model directory's
 
 // Request: sampling and stopping (complete, generate, bench).
 ABSL_DECLARE_FLAG(int32_t, max_tokens);
@@ -35,6 +36,13 @@ ABSL_DECLARE_FLAG(int32_t, top_logprobs);
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop);           // stop strings
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop_token_ids);  // extra stop ids
 ABSL_DECLARE_FLAG(std::vector<std::string>, prompt_ids);      // 1,2,3
+
+// Clients of the router (generate, bench).
+ABSL_DECLARE_FLAG(std::string, target);  // router HOST:PORT
+
+// Shared name, two uses: `tokenize --decode=1,2,3` (ids to decode) and
+// `up --decode=M` (number of decode workers; one element).
+ABSL_DECLARE_FLAG(std::vector<std::string>, decode);
 
 // Input/output.
 ABSL_DECLARE_FLAG(bool, json);

@@ -1,0 +1,32 @@
+// Reference measurements that benchmarks print next to the engine's figures:
+// the memory bandwidth a streaming read reaches, and the rate of oneDNN's
+// matmul (when built with oneDNN) at a given shape. Not for the serving path.
+// Thread-compatible (each call uses its own threads/buffers).
+#ifndef PDSERVE_COMMON_BACKEND_CPU_BENCH_PROBES_H_
+#define PDSERVE_COMMON_BACKEND_CPU_BENCH_PROBES_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/backend/thread_pool.h"
+#include "common/model/dtype.h"
+
+namespace pdserve {
+
+// GB/s (1e9 bytes/s) of a multithreaded AVX-512 read-and-sum over `bytes`
+// (make it much larger than the last-level cache); best of `reps`.
+double MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes, int reps);
+
+// GFLOP/s of oneDNN's matmul y[M][N] = x[M][K] * w[K][N] in `dtype` (bf16:
+// bf16 inputs, f32 output), best of `reps` after a warm-up, with `threads`
+// OpenMP threads. UNIMPLEMENTED when built without oneDNN.
+absl::StatusOr<double> MeasureOneDnnGemmGflops(int64_t M, int64_t N, int64_t K,
+                                               DType dtype, int threads,
+                                               int reps);
+
+// Peak resident set size of this process (VmHWM), bytes; -1 if unknown.
+int64_t PeakRssBytes();
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_BACKEND_CPU_BENCH_PROBES_H_

@@ -1,0 +1,336 @@
+// The Llama-family transformer forward pass on the CPU kernels.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/backend/cpu/kernels.h"
+#include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/model_runner.h"
+#include "common/backend/thread_pool.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+namespace {
+
+// Owns the packed weights and the workspaces (sized once from
+// max_batch_tokens). Not thread-safe: one driving thread.
+class CpuRunner : public ModelRunner {
+ public:
+  static absl::StatusOr<std::unique_ptr<ModelRunner>> Create(
+      ModelSource& source, const RunnerOptions& options);
+
+  absl::Status Forward(
+      absl::Span<const RunnerItem> items, KvCache* kv, float* logits,
+      const std::function<void(int layer)>& on_layer_done) override;
+  int64_t weight_bytes() const override { return weight_bytes_; }
+  int64_t weight_bytes_per_pass() const override {
+    return lm_head_ == &embed_ ? weight_bytes_ : weight_bytes_ - embed_.bytes();
+  }
+  int num_threads() const override { return pool_->num_threads(); }
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, mlp_norm;
+    PackedMatrix qkv, o, gate_up, down;
+    std::vector<float> qkv_bias, o_bias, gate_up_bias, down_bias;
+    int window = 0;
+  };
+  struct Row {
+    const std::vector<int32_t>* table;
+    int32_t token;
+    int pos;
+  };
+
+  CpuRunner(const ModelConfig& config, const RunnerOptions& options)
+      : config_(config), options_(options) {}
+  absl::Status Load(ModelSource& source);
+  absl::StatusOr<std::vector<float>> LoadVector(ModelSource& source,
+                                                const std::string& name,
+                                                int64_t size);
+  absl::Status LoadMatrix(ModelSource& source,
+                          const std::vector<std::string>& names,
+                          const std::vector<int64_t>& rows, int64_t k,
+                          PackedMatrix* out);
+  absl::Status LoadBiases(ModelSource& source,
+                          const std::vector<std::string>& names,
+                          const std::vector<int64_t>& sizes,
+                          std::vector<float>* out);
+  void ParallelRows(int64_t n, const std::function<void(int64_t)>& fn) {
+    pool_->ParallelFor(n, [&](int64_t b, int64_t e, int) {
+      for (int64_t i = b; i < e; ++i) fn(i);
+    });
+  }
+
+  const ModelConfig config_;
+  const RunnerOptions options_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<Layer> layers_;
+  PackedMatrix embed_, lm_head_storage_;
+  const PackedMatrix* lm_head_ = nullptr;
+  std::vector<float> final_norm_;
+  std::vector<float> inv_freq_;
+  int64_t weight_bytes_ = 0;
+  // Workspaces.
+  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, cos_, sin_, scores_;
+  std::vector<Row> rows_;
+};
+
+absl::StatusOr<std::vector<float>> CpuRunner::LoadVector(
+    ModelSource& source, const std::string& name, int64_t size) {
+  ASSIGN_OR_RETURN(WeightView w, source.Get(name, {size}));
+  std::vector<float> v(size);
+  ConvertToF32(w.dtype, w.data, size, v.data());
+  if (options_.weight_dtype == DType::kBF16) {
+    for (float& f : v) f = RoundToBf16(f);
+  }
+  weight_bytes_ += size * 4;
+  return v;
+}
+
+absl::Status CpuRunner::LoadMatrix(ModelSource& source,
+                                   const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& rows, int64_t k,
+                                   PackedMatrix* out) {
+  int64_t n = 0;
+  for (int64_t r : rows) n += r;
+  *out = PackedMatrix(n, k, options_.weight_dtype);
+  int64_t row0 = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(WeightView w, source.Get(names[i], {rows[i], k}));
+    out->PackRows(row0, w);
+    row0 += rows[i];
+  }
+  weight_bytes_ += out->bytes();
+  return absl::OkStatus();
+}
+
+absl::Status CpuRunner::LoadBiases(ModelSource& source,
+                                   const std::vector<std::string>& names,
+                                   const std::vector<int64_t>& sizes,
+                                   std::vector<float>* out) {
+  out->clear();
+  for (size_t i = 0; i < names.size(); ++i) {
+    ASSIGN_OR_RETURN(std::vector<float> b,
+                     LoadVector(source, names[i], sizes[i]));
+    out->insert(out->end(), b.begin(), b.end());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuRunner::Load(ModelSource& source) {
+  const ModelConfig& c = config_;
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim();
+  layers_.resize(c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) {
+    Layer& L = layers_[l];
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    const std::string a = p + "self_attn.", m = p + "mlp.";
+    ASSIGN_OR_RETURN(L.attn_norm,
+                     LoadVector(source, p + "input_layernorm.weight", H));
+    ASSIGN_OR_RETURN(
+        L.mlp_norm,
+        LoadVector(source, p + "post_attention_layernorm.weight", H));
+    RETURN_IF_ERROR(LoadMatrix(
+        source, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+        {Q, KV, KV}, H, &L.qkv));
+    RETURN_IF_ERROR(LoadMatrix(source, {a + "o_proj.weight"}, {H}, Q, &L.o));
+    RETURN_IF_ERROR(LoadMatrix(source,
+                               {m + "gate_proj.weight", m + "up_proj.weight"},
+                               {I, I}, H, &L.gate_up));
+    RETURN_IF_ERROR(
+        LoadMatrix(source, {m + "down_proj.weight"}, {H}, I, &L.down));
+    if (c.qkv_bias) {
+      RETURN_IF_ERROR(LoadBiases(
+          source, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
+          {Q, KV, KV}, &L.qkv_bias));
+    }
+    if (c.o_bias) {
+      RETURN_IF_ERROR(LoadBiases(source, {a + "o_proj.bias"}, {H}, &L.o_bias));
+    }
+    if (c.mlp_bias) {
+      RETURN_IF_ERROR(LoadBiases(source,
+                                 {m + "gate_proj.bias", m + "up_proj.bias"},
+                                 {I, I}, &L.gate_up_bias));
+      RETURN_IF_ERROR(
+          LoadBiases(source, {m + "down_proj.bias"}, {H}, &L.down_bias));
+    }
+    L.window = c.layer_sliding_window.empty() ? 0 : c.layer_sliding_window[l];
+  }
+  ASSIGN_OR_RETURN(final_norm_, LoadVector(source, "model.norm.weight", H));
+  RETURN_IF_ERROR(LoadMatrix(source, {"model.embed_tokens.weight"},
+                             {c.vocab_size}, H, &embed_));
+  if (c.tie_word_embeddings) {
+    lm_head_ = &embed_;
+  } else {
+    RETURN_IF_ERROR(LoadMatrix(source, {"lm_head.weight"}, {c.vocab_size}, H,
+                               &lm_head_storage_));
+    lm_head_ = &lm_head_storage_;
+  }
+  inv_freq_ = RopeInvFreq(c);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CpuRunner::Create(
+    ModelSource& source, const RunnerOptions& options) {
+  auto runner =
+      std::unique_ptr<CpuRunner>(new CpuRunner(source.config(), options));
+  if (options.weight_dtype == DType::kF16) {
+    return absl::InvalidArgumentError("compute dtype must be f32 or bf16");
+  }
+  RETURN_IF_ERROR(runner->Load(source));
+  runner->pool_ = std::make_unique<ThreadPool>(options.num_threads);
+  const ModelConfig& c = runner->config_;
+  const int64_t T = std::max(1, options.max_batch_tokens);
+  runner->x_.resize(T * c.hidden_size);
+  runner->xn_.resize(T * c.hidden_size);
+  runner->qkv_.resize(T * (c.q_dim() + 2 * c.kv_dim()));
+  runner->attn_.resize(T * c.q_dim());
+  runner->gu_.resize(T * 2 * c.intermediate_size);
+  runner->act_.resize(T * c.intermediate_size);
+  runner->cos_.resize(T * c.head_dim / 2);
+  runner->sin_.resize(T * c.head_dim / 2);
+  runner->scores_.resize(static_cast<size_t>(runner->pool_->num_threads()) *
+                         c.max_position_embeddings);
+  runner->rows_.reserve(T);
+  return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+absl::Status CpuRunner::Forward(
+    absl::Span<const RunnerItem> items, KvCache* kv, float* logits,
+    const std::function<void(int layer)>& on_layer_done) {
+  const ModelConfig& c = config_;
+  const int H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int Q = c.q_dim(), KVD = c.kv_dim();
+  const int NQKV = Q + 2 * KVD;
+  const int half = D / 2;
+  const DType kv_dtype = kv->layout().dtype;
+  rows_.clear();
+  std::vector<int64_t> last_row(items.size(), -1);
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::vector<int32_t>* table = kv->BlockTable(items[i].seq);
+    for (size_t t = 0; t < items[i].tokens.size(); ++t) {
+      rows_.push_back({table, items[i].tokens[t],
+                       items[i].start_pos + static_cast<int>(t)});
+    }
+    last_row[i] = static_cast<int64_t>(rows_.size()) - 1;
+  }
+  const int64_t T = static_cast<int64_t>(rows_.size());
+  if (T > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", T, " tokens exceeds max_batch_tokens ",
+                     options_.max_batch_tokens));
+  }
+  float* x = x_.data();
+  float* xn = xn_.data();
+  float* qkv = qkv_.data();
+  ParallelRows(T, [&](int64_t r) {
+    embed_.GetRow(rows_[r].token, x + r * H);
+    RopeAngles(inv_freq_, rows_[r].pos, cos_.data() + r * half,
+               sin_.data() + r * half);
+  });
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int group = c.num_heads / c.num_kv_heads;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    ParallelRows(T, [&](int64_t r) {
+      RmsNorm(x + r * H, L.attn_norm.data(), H, eps, xn + r * H);
+    });
+    MatMul(*pool_, xn, T, H, L.qkv,
+           L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, NQKV);
+    // RoPE on q and k, then K and V of every new token into the cache.
+    ParallelRows(T, [&](int64_t r) {
+      float* row = qkv + r * NQKV;
+      const float* cs = cos_.data() + r * half;
+      const float* sn = sin_.data() + r * half;
+      ApplyRope(row, c.num_heads, D, cs, sn);
+      ApplyRope(row + Q, c.num_kv_heads, D, cs, sn);
+      StoreRow(row + Q, KVD, kv_dtype,
+               kv->KeyRowAt(*rows_[r].table, l, rows_[r].pos));
+      StoreRow(row + Q + KVD, KVD, kv_dtype,
+               kv->ValueRowAt(*rows_[r].table, l, rows_[r].pos));
+    });
+    if (on_layer_done) on_layer_done(l);
+    // Attention: one task per (row, head), each computed wholly by one thread.
+    const int64_t tasks = T * c.num_heads;
+    pool_->ParallelFor(tasks, [&](int64_t b, int64_t e, int thread) {
+      float* scores = scores_.data() +
+                      static_cast<size_t>(thread) * c.max_position_embeddings;
+      for (int64_t task = b; task < e; ++task) {
+        const int64_t r = task / c.num_heads;
+        const int h = static_cast<int>(task % c.num_heads);
+        const Row& row = rows_[r];
+        AttentionArgs args;
+        args.kv = kv;
+        args.table = row.table;
+        args.layer = l;
+        args.kv_head = h / group;
+        args.head_dim = D;
+        args.last = row.pos;
+        args.first = L.window > 0 ? std::max(0, row.pos - L.window + 1) : 0;
+        args.scale = scale;
+        AttendHead(args, qkv + r * NQKV + h * D, scores,
+                   attn_.data() + r * Q + h * D);
+      }
+    });
+    MatMul(*pool_, attn_.data(), T, Q, L.o,
+           L.o_bias.empty() ? nullptr : L.o_bias.data(), xn, H);
+    ParallelRows(T, [&](int64_t r) {
+      float* xr = x + r * H;
+      float* xnr = xn + r * H;
+      for (int i = 0; i < H; ++i) xr[i] = xr[i] + xnr[i];
+      RmsNorm(xr, L.mlp_norm.data(), H, eps, xnr);
+    });
+    MatMul(*pool_, xn, T, H, L.gate_up,
+           L.gate_up_bias.empty() ? nullptr : L.gate_up_bias.data(), gu_.data(),
+           2 * I);
+    ParallelRows(T, [&](int64_t r) {
+      const float* g = gu_.data() + r * 2 * I;
+      SiluMul(g, g + I, I, act_.data() + r * I);
+    });
+    MatMul(*pool_, act_.data(), T, I, L.down,
+           L.down_bias.empty() ? nullptr : L.down_bias.data(), xn, H);
+    ParallelRows(T, [&](int64_t r) {
+      float* xr = x + r * H;
+      const float* d = xn + r * H;
+      for (int i = 0; i < H; ++i) xr[i] = xr[i] + d[i];
+    });
+  }
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  std::vector<size_t> wanted;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].want_logits && last_row[i] >= 0) wanted.push_back(i);
+  }
+  if (wanted.empty()) return absl::OkStatus();
+  ParallelRows(static_cast<int64_t>(wanted.size()), [&](int64_t j) {
+    RmsNorm(x + last_row[wanted[j]] * H, final_norm_.data(), H, eps,
+            xn + j * H);
+  });
+  const int64_t V = c.vocab_size;
+  if (wanted.size() == items.size()) {
+    MatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
+           nullptr, logits, V);
+  } else {
+    std::vector<float> compact(wanted.size() * V);
+    MatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
+           nullptr, compact.data(), V);
+    for (size_t j = 0; j < wanted.size(); ++j) {
+      std::memcpy(logits + wanted[j] * V, compact.data() + j * V,
+                  V * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuRunner(
+    ModelSource& source, const RunnerOptions& options) {
+  return CpuRunner::Create(source, options);
+}
+
+}  // namespace pdserve

@@ -1,0 +1,56 @@
+// The backend's kernel interface: a ModelRunner owns a model's weights in the
+// layout its kernels want and runs one forward pass over a batch of sequence
+// chunks, reading and writing the paged KV cache. cpu/ implements it (cuda/
+// will). Not thread-safe: one thread drives it (it may use its own pool).
+#ifndef PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
+#define PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/kv/kv_cache.h"
+#include "common/model/model_source.h"
+
+namespace pdserve {
+
+// One sequence's chunk: tokens at positions [start_pos, start_pos + n). The
+// sequence's capacity in `kv` must already cover them.
+struct RunnerItem {
+  SeqId seq = 0;
+  absl::Span<const int32_t> tokens;
+  int start_pos = 0;
+  bool want_logits = true;
+};
+
+struct RunnerOptions {
+  DType weight_dtype = DType::kF32;
+  int num_threads = 0;
+  int max_batch_tokens = 2048;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  // Writes each item's KV and, for items wanting them, the logits of its last
+  // token into logits[i * vocab ...]. Inputs are validated by the caller.
+  virtual absl::Status Forward(
+      absl::Span<const RunnerItem> items, KvCache* kv, float* logits,
+      const std::function<void(int layer)>& on_layer_done) = 0;
+  virtual int64_t weight_bytes() const = 0;
+  // Weight bytes one forward pass reads (all but an untied embedding table).
+  virtual int64_t weight_bytes_per_pass() const = 0;
+  virtual int num_threads() const = 0;
+};
+
+// Reads every tensor from `source` once, converting/packing it; the source
+// can be dropped afterwards (releasing its mappings).
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuRunner(
+    ModelSource& source, const RunnerOptions& options);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_

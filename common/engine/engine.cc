@@ -1,0 +1,208 @@
+#include "common/engine/engine.h"
+
+#include <xxhash.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/backend/model_runner.h"
+#include "common/util/status_macros.h"
+
+namespace pdserve {
+
+Engine::~Engine() = default;
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const EngineOptions& options) {
+  if (options.weight_dtype == DType::kF16) {
+    return absl::InvalidArgumentError("weight dtype must be f32 or bf16");
+  }
+  if (options.block_size <= 0 || options.block_size > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block_size must be in [1, 4096], got ", options.block_size));
+  }
+  if (options.max_batch_tokens <= 0) {
+    return absl::InvalidArgumentError("max_batch_tokens must be positive");
+  }
+  auto engine = std::unique_ptr<Engine>(new Engine());
+  engine->options_ = options;
+  std::unique_ptr<ModelRunner> runner;
+  {
+    // The source (and its file mappings) lives only while the runner packs.
+    ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source,
+                     OpenModelSource(options.model, options.weight_dtype,
+                                     options.synthetic_seed));
+    engine->config_ = source->config();
+    engine->gen_config_ = source->generation_config();
+    RunnerOptions ro;
+    ro.weight_dtype = options.weight_dtype;
+    ro.num_threads = options.num_threads;
+    ro.max_batch_tokens = options.max_batch_tokens;
+    ASSIGN_OR_RETURN(engine->runner_, CreateCpuRunner(*source, ro));
+    const std::string fp = absl::StrCat(source->fingerprint(), ":",
+                                        DTypeName(options.weight_dtype));
+    const XXH128_hash_t h = XXH3_128bits(fp.data(), fp.size());
+    engine->fingerprint_ = absl::StrFormat("%016x%016x", h.high64, h.low64);
+  }
+  KvLayout layout;
+  layout.num_layers = engine->config_.num_layers;
+  layout.num_kv_heads = engine->config_.num_kv_heads;
+  layout.head_dim = engine->config_.head_dim;
+  layout.block_size = options.block_size;
+  layout.dtype = options.kv_dtype.value_or(options.weight_dtype);
+  ASSIGN_OR_RETURN(engine->kv_,
+                   KvCache::Create(layout, options.kv_cache_bytes));
+  return engine;
+}
+
+int64_t Engine::weight_bytes() const { return runner_->weight_bytes(); }
+int64_t Engine::weight_bytes_per_pass() const {
+  return runner_->weight_bytes_per_pass();
+}
+
+absl::StatusOr<SeqId> Engine::CreateSequence() { return kv_->CreateSequence(); }
+
+absl::Status Engine::Reserve(SeqId seq, int total_tokens) {
+  if (total_tokens > config_.max_position_embeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(total_tokens, " tokens exceed max_position_embeddings ",
+                     config_.max_position_embeddings));
+  }
+  return kv_->Reserve(seq, total_tokens);
+}
+
+int Engine::SequenceLength(SeqId seq) const { return kv_->Length(seq); }
+
+void Engine::FreeSequence(SeqId seq) { kv_->Free(seq); }
+
+absl::Status Engine::Forward(
+    absl::Span<const ForwardItem> items, std::vector<float>* logits,
+    const std::function<void(int layer)>& on_layer_done) {
+  if (items.empty()) return absl::InvalidArgumentError("empty batch");
+  int64_t total = 0;
+  std::set<SeqId> seen;
+  std::vector<RunnerItem> runner_items;
+  runner_items.reserve(items.size());
+  for (const ForwardItem& item : items) {
+    const int len = kv_->Length(item.seq);
+    if (len < 0) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", item.seq));
+    }
+    if (!seen.insert(item.seq).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", item.seq, " appears twice in one batch"));
+    }
+    if (item.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", item.seq, ": no tokens to append"));
+    }
+    for (int32_t t : item.tokens) {
+      if (t < 0 || t >= config_.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", t, " outside the vocabulary [0, ",
+                         config_.vocab_size, ")"));
+      }
+    }
+    const int64_t end = len + static_cast<int64_t>(item.tokens.size());
+    if (end > config_.max_position_embeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sequence ", item.seq, " would reach ", end,
+                       " tokens, beyond max_position_embeddings ",
+                       config_.max_position_embeddings));
+    }
+    total += static_cast<int64_t>(item.tokens.size());
+    runner_items.push_back({item.seq, item.tokens, len, item.want_logits});
+  }
+  if (total > options_.max_batch_tokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch of ", total, " tokens exceeds max_batch_tokens ",
+                     options_.max_batch_tokens));
+  }
+  for (const RunnerItem& item : runner_items) {
+    RETURN_IF_ERROR(kv_->Reserve(
+        item.seq, item.start_pos + static_cast<int>(item.tokens.size())));
+  }
+  logits->resize(items.size() * static_cast<size_t>(config_.vocab_size));
+  // Lengths cover the new tokens during the pass, so that on_layer_done can
+  // export the layers already written (KV streaming); restored on error.
+  for (const RunnerItem& item : runner_items) {
+    RETURN_IF_ERROR(kv_->SetLength(
+        item.seq, item.start_pos + static_cast<int>(item.tokens.size())));
+  }
+  absl::Status status =
+      runner_->Forward(runner_items, kv_.get(), logits->data(), on_layer_done);
+  if (!status.ok()) {
+    for (const RunnerItem& item : runner_items) {
+      (void)kv_->SetLength(item.seq, item.start_pos);
+    }
+  }
+  return status;
+}
+
+absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
+                                   std::string* out) const {
+  return kv_->ExportLayer(seq, layer, begin, end, out);
+}
+
+absl::Status Engine::ImportLayerKv(SeqId seq, int layer, int begin, int end,
+                                   absl::string_view bytes) {
+  return kv_->ImportLayer(seq, layer, begin, end, bytes);
+}
+
+absl::Status Engine::SetSequenceLength(SeqId seq, int length) {
+  return kv_->SetLength(seq, length);
+}
+
+absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
+  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  if (s.empty()) return absl::InvalidArgumentError("empty memory size");
+  struct Unit {
+    const char* suffix;
+    double mult;
+  };
+  static const Unit kUnits[] = {{"kib", 1024.0},       {"mib", 1048576.0},
+                                {"gib", 1073741824.0}, {"kb", 1e3},
+                                {"mb", 1e6},           {"gb", 1e9},
+                                {"k", 1024.0},         {"m", 1048576.0},
+                                {"g", 1073741824.0},   {"b", 1.0}};
+  double mult = 1.0;
+  for (const Unit& u : kUnits) {
+    const std::string suffix = u.suffix;
+    if (s.size() > suffix.size() &&
+        s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      mult = u.mult;
+      s = s.substr(0, s.size() - suffix.size());
+      break;
+    }
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(s, &value) || value <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad memory size '", text,
+                     "' (use bytes like 512MiB or a fraction like 0.2)"));
+  }
+  if (mult == 1.0 && value < 1.0) {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    int64_t available_kib = -1;
+    while (std::getline(meminfo, line)) {
+      if (line.rfind("MemAvailable:", 0) == 0) {
+        std::istringstream ls(line.substr(13));
+        ls >> available_kib;
+      }
+    }
+    if (available_kib < 0) {
+      return absl::UnavailableError(
+          "cannot read MemAvailable from /proc/meminfo");
+    }
+    return static_cast<int64_t>(value * available_kib * 1024.0);
+  }
+  return static_cast<int64_t>(value * mult);
+}
+
+}  // namespace pdserve

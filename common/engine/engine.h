@@ -1,0 +1,113 @@
+// Engine: one model (Hugging Face checkpoint or synthetic) on a compute
+// backend over a paged KV cache. Forward passes append tokens to sequences and
+// return the logits of each item's last token; sequences' KV can be exported
+// and imported per layer (the KV transfer between workers).
+#ifndef PDSERVE_COMMON_ENGINE_ENGINE_H_
+#define PDSERVE_COMMON_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/kv/kv_cache.h"  // SeqId, KvLayout
+#include "common/model/config.h"
+#include "common/model/dtype.h"
+
+namespace pdserve {
+
+class ModelRunner;
+
+struct EngineOptions {
+  // Hugging Face directory, or "synthetic:llama-110m|llama-1b|llama3-8b".
+  std::string model = "models/stories260K";
+  DType weight_dtype = DType::kF32;  // compute dtype of the weights (f32|bf16)
+  std::optional<DType> kv_dtype;     // default = weight_dtype
+  int64_t kv_cache_bytes = int64_t{256} << 20;  // hard budget of the KV pool
+  int block_size = 16;
+  int num_threads = 0;          // 0 = all cores
+  int max_batch_tokens = 2048;  // tokens per Forward; sizes workspaces once
+  uint64_t synthetic_seed = 0;
+};
+
+// Runs one model over a paged KV pool. NOT thread-safe: one thread drives it
+// (the scheduler's loop); Forward uses the backend's internal thread pool.
+class Engine {
+ public:
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const EngineOptions& options);
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  const GenerationConfig& generation_config() const { return gen_config_; }
+  // Hex XXH3-128 of the model (config, tensor metadata, sampled weight bytes)
+  // and the weight dtype: equal fingerprints compute identical KV.
+  const std::string& fingerprint() const { return fingerprint_; }
+  const EngineOptions& options() const { return options_; }
+  KvLayout kv_layout() const { return kv_->layout(); }
+  int64_t total_blocks() const { return kv_->total_blocks(); }
+  int64_t free_blocks() const { return kv_->free_blocks(); }
+  int64_t BlocksFor(int64_t tokens) const { return kv_->BlocksFor(tokens); }
+  // Bytes of weights held (packed/converted copy), for memory accounting.
+  int64_t weight_bytes() const;
+  // Weight bytes one forward pass streams (decode is bound by these).
+  int64_t weight_bytes_per_pass() const;
+
+  // A sequence owns KV blocks for positions [0, length). Reserve grows
+  // capacity (Forward also reserves what it needs).
+  absl::StatusOr<SeqId> CreateSequence();
+  absl::Status Reserve(SeqId seq, int total_tokens);  // RESOURCE_EXHAUSTED
+  int SequenceLength(SeqId seq) const;                // -1 if unknown
+  void FreeSequence(SeqId seq);                       // idempotent
+
+  // One item of a forward pass: appends `tokens` at positions [len, len+n)
+  // of `seq` (prefill: many; decode: one; a chunk of a long prompt: some).
+  struct ForwardItem {
+    SeqId seq = 0;
+    absl::Span<const int32_t> tokens;
+    bool want_logits = true;
+  };
+  // One forward pass over a batch. `logits` is resized to
+  // [items.size() x vocab]: row i holds the logits of item i's LAST new token
+  // (left unspecified when want_logits is false). Batch-invariant: an item's
+  // logits are bit-identical whatever the other items are and however its
+  // earlier tokens were chunked. on_layer_done(layer) runs after each layer's
+  // KV of this pass is written (to stream the KV out). Errors leave sequence
+  // lengths unchanged.
+  absl::Status Forward(
+      absl::Span<const ForwardItem> items, std::vector<float>* logits,
+      const std::function<void(int layer)>& on_layer_done = nullptr);
+
+  // KV wire access, per layer, tokens [begin, end): K bytes then V bytes,
+  // each [tokens][kv_heads][head_dim] in the KV dtype.
+  absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
+                             std::string* out) const;
+  absl::Status ImportLayerKv(SeqId seq, int layer, int begin, int end,
+                             absl::string_view bytes);
+  // Sets the length after importing all layers (capacity must cover it).
+  absl::Status SetSequenceLength(SeqId seq, int length);
+
+ private:
+  Engine() = default;
+
+  EngineOptions options_;
+  ModelConfig config_;
+  GenerationConfig gen_config_;
+  std::string fingerprint_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
+// Parses "512MiB", "2GiB", "1000000", "1.5GB" (bytes) or a fraction in (0, 1)
+// of currently available memory (MemAvailable).
+absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_ENGINE_H_

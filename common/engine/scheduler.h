@@ -1,0 +1,120 @@
+// GenerationScheduler: in-process continuous batching over one Engine. It owns
+// a thread that, at every step, runs one Forward over every running sequence
+// (one decode token each) plus pending prompts (chunked) within the token
+// budget, samples, and reports each generated token through the request's
+// callback. Thread-safe: Submit/Cancel/WithEngine may be called from any
+// thread; callbacks run on the scheduler thread.
+#ifndef PDSERVE_COMMON_ENGINE_SCHEDULER_H_
+#define PDSERVE_COMMON_ENGINE_SCHEDULER_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/engine/engine.h"
+#include "common/sampling/sampler.h"
+
+namespace pdserve {
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  // stop.max_tokens is the number of tokens to generate at most; empty
+  // stop.eos_ids are filled from the engine's generation config.
+  StopParams stop;
+};
+
+// One event per generated token; the last event has finished = true.
+struct TokenEvent {
+  bool has_token = false;  // false for the final event of an eos/stop id
+  int32_t token_id = -1;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  bool finished = false;
+  std::string finish_reason;   // "stop" | "length" | "error" | "cancelled"
+  int32_t stop_token_id = -1;  // the eos/stop id that ended it (not output)
+  absl::Status status;         // non-OK with finish_reason "error"
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+struct SchedulerOptions {
+  int max_num_seqs = 64;         // running sequences at most
+  int max_batch_tokens = 0;      // 0 = the engine's max_batch_tokens
+  int prefill_chunk_tokens = 0;  // 0 = no chunk limit beyond the budget
+};
+
+class GenerationScheduler {
+ public:
+  using RequestId = int64_t;
+
+  // `engine` must outlive the scheduler; the scheduler thread drives it.
+  GenerationScheduler(Engine* engine, const SchedulerOptions& options);
+  ~GenerationScheduler();  // cancels everything left and joins the thread
+
+  // Queues a request; its blocks (prompt + max_tokens) are reserved when it
+  // is admitted. Invalid requests fail at once (INVALID_ARGUMENT).
+  absl::StatusOr<RequestId> Submit(GenerationRequest request,
+                                   TokenCallback callback);
+  // Admits a sequence whose prompt KV is already in the engine (imported from
+  // a prefill worker): `seq` holds prompt_ids.size() tokens of KV, and
+  // `first_token` (already sampled at position prompt_len and already
+  // reported to the client by the caller) is fed at the next step. The
+  // scheduler takes ownership of `seq` (frees it when done).
+  absl::StatusOr<RequestId> SubmitWithKv(GenerationRequest request, SeqId seq,
+                                         int32_t first_token,
+                                         TokenCallback callback);
+  // Stops a request and frees its blocks; its callback gets a final
+  // "cancelled" event unless it already finished. Idempotent.
+  void Cancel(RequestId id);
+  // Runs fn on the engine between steps (e.g. KV imports from another
+  // thread); blocks until done.
+  void WithEngine(const std::function<void(Engine&)>& fn);
+  // Blocks until every submitted request has had its final event.
+  void WaitIdle();
+
+  int num_running() const;
+  int num_waiting() const;
+
+ private:
+  struct Request;
+  absl::Status ValidateRequest(GenerationRequest* request) const;
+  RequestId Enqueue(std::unique_ptr<Request> request);
+  // Delivers the final event, then counts the request as done (WaitIdle).
+  void Finish(Request& r, TokenEvent event);
+  void Loop();
+  // Cancellations, admissions, one Forward, sampling; false when nothing ran.
+  bool Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+
+  Engine* const engine_;
+  const SchedulerOptions options_;
+  int max_batch_tokens_;
+
+  mutable absl::Mutex mu_;
+  std::deque<std::unique_ptr<Request>> waiting_ ABSL_GUARDED_BY(mu_);
+  std::vector<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
+  int num_running_ ABSL_GUARDED_BY(mu_) = 0;
+  int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, final event not sent
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+
+  // Held by the loop while it drives the engine, and by WithEngine.
+  absl::Mutex engine_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::vector<std::unique_ptr<Request>> running_ ABSL_GUARDED_BY(engine_mu_);
+  std::vector<float> logits_ ABSL_GUARDED_BY(engine_mu_);
+
+  std::thread thread_;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_ENGINE_SCHEDULER_H_

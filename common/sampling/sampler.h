@@ -1,0 +1,69 @@
+// Token sampling: penalties, temperature, top-k / top-p / min-p filters and a
+// counter-based random draw (Philox4x32-10 keyed by (seed, position)), so any
+// worker can sample any position of a stream and get the same token. Also
+// stop-condition checks. Pure functions; thread-safe.
+#ifndef PDSERVE_COMMON_SAMPLING_SAMPLER_H_
+#define PDSERVE_COMMON_SAMPLING_SAMPLER_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+
+namespace pdserve {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 => greedy (argmax, lowest id on ties)
+  int top_k = 0;             // 0 => off
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;  // HF style, on prompt + output tokens
+  float presence_penalty = 0.0f;    // vLLM style, on output tokens
+  float frequency_penalty = 0.0f;   // vLLM style, on output tokens
+  uint64_t seed = 0;
+  int top_logprobs = 0;  // return the K most likely tokens (raw logprobs)
+};
+
+struct StopParams {
+  std::vector<int32_t> eos_ids;  // the generation config's eos ids
+  std::vector<int32_t> stop_token_ids;
+  int max_tokens = 16;
+  bool ignore_eos = false;
+};
+
+struct SampledToken {
+  int32_t id = -1;
+  float logprob = 0.0f;  // log_softmax of the raw logits
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
+};
+
+// Checks ranges (temperature >= 0, top_p in (0, 1], ...); INVALID_ARGUMENT.
+absl::Status ValidateSamplingParams(const SamplingParams& params);
+
+// position = the index of the token being sampled in the full sequence
+// (prompt_len + number of tokens generated before it).
+SampledToken SampleToken(absl::Span<const float> logits,
+                         const SamplingParams& params,
+                         absl::Span<const int32_t> prompt_ids,
+                         absl::Span<const int32_t> output_ids,
+                         int64_t position);
+
+// Whether `token` (just sampled, not yet appended) ends generation, and why:
+// "stop" for an eos id (unless ignore_eos) or a stop id (the token is then
+// not part of the output), "length" when output_len (after appending) reaches
+// max_tokens. Returns "" to continue.
+std::string StopReason(const StopParams& stop, int32_t token,
+                       int output_len_after_append);
+
+// Philox4x32-10 of (counter, key): exposed for tests.
+void Philox4x32(const uint32_t counter[4], const uint32_t key[2],
+                uint32_t out[4]);
+// Uniform double in [0, 1) from (seed, position).
+double UniformForPosition(uint64_t seed, int64_t position);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_COMMON_SAMPLING_SAMPLER_H_

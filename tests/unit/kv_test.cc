@@ -1,0 +1,94 @@
+// Paged KV pool: budget -> blocks, all-or-nothing reservation, explicit and
+// idempotent free, export/import of the wire layout with range checks.
+#include <string>
+
+#include "common/kv/kv_cache.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+KvLayout Layout(DType dtype) {
+  KvLayout l;
+  l.num_layers = 3;
+  l.num_kv_heads = 2;
+  l.head_dim = 4;
+  l.block_size = 4;
+  l.dtype = dtype;
+  return l;
+}
+
+TEST(KvCache, BudgetBoundsTheBlockCount) {
+  const KvLayout l = Layout(DType::kBF16);
+  EXPECT_EQ(l.BytesPerTokenPerLayer(), 2 * 2 * 4 * 2);
+  EXPECT_EQ(l.BytesPerBlock(), 32 * 4 * 3);
+  auto kv = KvCache::Create(l, l.BytesPerBlock() * 10 + 5);
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ((*kv)->total_blocks(), 10);
+  EXPECT_FALSE(KvCache::Create(l, l.BytesPerBlock() - 1).ok());
+}
+
+TEST(KvCache, ReserveIsAllOrNothingAndFreeIsIdempotent) {
+  const KvLayout l = Layout(DType::kF32);
+  auto kv = std::move(*KvCache::Create(l, l.BytesPerBlock() * 5));
+  SeqId a = kv->CreateSequence(), b = kv->CreateSequence();
+  ASSERT_TRUE(kv->Reserve(a, 9).ok());  // 3 blocks
+  EXPECT_EQ(kv->Capacity(a), 12);
+  EXPECT_EQ(kv->free_blocks(), 2);
+  EXPECT_EQ(kv->Reserve(b, 13).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(kv->free_blocks(), 2);  // nothing taken
+  EXPECT_EQ(kv->Capacity(b), 0);
+  ASSERT_TRUE(kv->Reserve(b, 8).ok());
+  EXPECT_EQ(kv->free_blocks(), 0);
+  kv->Free(a);
+  kv->Free(a);
+  EXPECT_EQ(kv->free_blocks(), 3);
+  EXPECT_EQ(kv->Length(a), -1);
+  EXPECT_FALSE(kv->SetLength(b, 9).ok());  // beyond capacity 8
+}
+
+TEST(KvCache, ExportImportRoundTripsAcrossPoolsWithOtherBlockSizes) {
+  KvLayout la = Layout(DType::kBF16), lb = la;
+  lb.block_size = 3;
+  auto a = std::move(*KvCache::Create(la, la.BytesPerBlock() * 8));
+  auto b = std::move(*KvCache::Create(lb, lb.BytesPerBlock() * 8));
+  SeqId sa = a->CreateSequence(), sb = b->CreateSequence();
+  ASSERT_TRUE(a->Reserve(sa, 10).ok());
+  ASSERT_TRUE(b->Reserve(sb, 10).ok());
+  const int64_t row = a->row_bytes();
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int pos = 0; pos < 10; ++pos) {
+      for (int64_t i = 0; i < row; ++i) {
+        a->KeyRow(sa, layer, pos)[i] =
+            static_cast<char>(layer * 50 + pos * 3 + i);
+        a->ValueRow(sa, layer, pos)[i] =
+            static_cast<char>(-layer * 50 - pos - i);
+      }
+    }
+  }
+  ASSERT_TRUE(a->SetLength(sa, 10).ok());
+  std::string bytes;
+  EXPECT_FALSE(a->ExportLayer(sa, 0, 0, 11, &bytes).ok());  // past length
+  EXPECT_FALSE(a->ExportLayer(sa, 3, 0, 10, &bytes).ok());  // no layer 3
+  for (int layer = 0; layer < 3; ++layer) {
+    ASSERT_TRUE(a->ExportLayer(sa, layer, 0, 10, &bytes).ok());
+    ASSERT_EQ(static_cast<int64_t>(bytes.size()),
+              10 * la.BytesPerTokenPerLayer());
+    // K rows first, then V rows.
+    EXPECT_EQ(bytes.substr(0, row), std::string(a->KeyRow(sa, layer, 0), row));
+    EXPECT_EQ(bytes.substr(10 * row, row),
+              std::string(a->ValueRow(sa, layer, 0), row));
+    EXPECT_FALSE(b->ImportLayer(sb, layer, 0, 10, bytes.substr(1)).ok());
+    ASSERT_TRUE(b->ImportLayer(sb, layer, 0, 10, bytes).ok());
+  }
+  ASSERT_TRUE(b->SetLength(sb, 10).ok());
+  for (int layer = 0; layer < 3; ++layer) {
+    std::string ea, eb;
+    ASSERT_TRUE(a->ExportLayer(sa, layer, 2, 9, &ea).ok());
+    ASSERT_TRUE(b->ExportLayer(sb, layer, 2, 9, &eb).ok());
+    EXPECT_EQ(ea, eb);
+  }
+}
+
+}  // namespace
+}  // namespace pdserve

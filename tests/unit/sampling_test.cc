@@ -1,0 +1,206 @@
+// Sampling on hand-made logits: greedy ties, penalties, temperature, top-k,
+// top-p, min-p (expected sets and frequencies computed from the definitions),
+// logprobs, the Philox generator and stop rules.
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "common/sampling/sampler.h"
+#include "gtest/gtest.h"
+
+namespace pdserve {
+namespace {
+
+std::vector<double> Softmax(const std::vector<double>& l) {
+  double m = -INFINITY, z = 0;
+  for (double v : l) m = std::max(m, v);
+  std::vector<double> p(l.size());
+  for (size_t i = 0; i < l.size(); ++i) z += p[i] = std::exp(l[i] - m);
+  for (double& v : p) v /= z;
+  return p;
+}
+
+// Frequencies of sampled ids over many positions.
+std::map<int32_t, double> Frequencies(const std::vector<float>& logits,
+                                      const SamplingParams& params, int n) {
+  std::map<int32_t, double> f;
+  for (int pos = 0; pos < n; ++pos) {
+    f[SampleToken(logits, params, {}, {}, pos).id] += 1.0 / n;
+  }
+  return f;
+}
+
+TEST(Philox, KnownAnswerVector) {
+  // Random123's published known-answer test for philox4x32_10.
+  const uint32_t ctr[4] = {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344};
+  const uint32_t key[2] = {0xa4093822, 0x299f31d0};
+  uint32_t out[4];
+  Philox4x32(ctr, key, out);
+  EXPECT_EQ(out[0], 0xd16cfe09u);
+  EXPECT_EQ(out[1], 0x94fdccebu);
+  EXPECT_EQ(out[2], 0x5001e420u);
+  EXPECT_EQ(out[3], 0x24126ea1u);
+  const uint32_t zero[4] = {0, 0, 0, 0};
+  const uint32_t zkey[2] = {0, 0};
+  Philox4x32(zero, zkey, out);
+  EXPECT_EQ(out[0], 0x6627e8d5u);
+  EXPECT_EQ(out[1], 0xe169c58du);
+  EXPECT_EQ(out[2], 0xbc57ac4cu);
+  EXPECT_EQ(out[3], 0x9b00dbd8u);
+}
+
+TEST(Philox, UniformIsAFunctionOfSeedAndPosition) {
+  EXPECT_EQ(UniformForPosition(42, 7), UniformForPosition(42, 7));
+  EXPECT_NE(UniformForPosition(42, 7), UniformForPosition(42, 8));
+  EXPECT_NE(UniformForPosition(42, 7), UniformForPosition(43, 7));
+  double mean = 0;
+  for (int i = 0; i < 10000; ++i) {
+    const double u = UniformForPosition(1, i);
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    mean += u / 10000;
+  }
+  EXPECT_NEAR(mean, 0.5, 0.02);
+}
+
+TEST(Sampler, GreedyTakesLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0;
+  EXPECT_EQ(SampleToken({1.0f, 3.0f, 3.0f, 2.0f}, p, {}, {}, 0).id, 1);
+}
+
+TEST(Sampler, LogprobsAreRawLogSoftmaxAndTopKSorted) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.top_logprobs = 3;
+  p.repetition_penalty = 2.0f;  // changes the choice, not the logprobs
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
+  const std::vector<double> sm = Softmax({0.5, 2.0, -1.0, 2.0, 1.0});
+  const std::vector<int32_t> prompt = {1};
+  SampledToken t = SampleToken(logits, p, prompt, {}, 0);
+  EXPECT_EQ(t.id, 3);  // 2.0 / 2 = 1.0 for id 1
+  EXPECT_NEAR(t.logprob, std::log(sm[3]), 1e-6);
+  ASSERT_EQ(t.top_logprobs.size(), 3u);
+  EXPECT_EQ(t.top_logprobs[0].first, 1);
+  EXPECT_EQ(t.top_logprobs[1].first, 3);
+  EXPECT_EQ(t.top_logprobs[2].first, 4);
+  EXPECT_NEAR(t.top_logprobs[2].second, std::log(sm[4]), 1e-6);
+}
+
+TEST(Sampler, RepetitionPenaltyDividesPositiveMultipliesNegative) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 4.0f;
+  // id 0: 3.0 -> 0.75 (seen); id 1: 1.0 (unseen) wins.
+  EXPECT_EQ(SampleToken({3.0f, 1.0f, -0.1f}, p, {0}, {}, 0).id, 1);
+  // Negative seen logits get more negative: id 1 -0.5 -> -2.0; id 2 -1 wins.
+  EXPECT_EQ(SampleToken({-3.0f, -0.5f, -1.0f}, p, {}, {1}, 0).id, 2);
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesUseOutputCounts) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.5f;
+  // id 0 appears 3 times in the output: 2.0 - 1.5 = 0.5 < 1.0.
+  EXPECT_EQ(SampleToken({2.0f, 1.0f}, p, {}, {0, 0, 0}, 0).id, 1);
+  // Prompt occurrences do not count.
+  EXPECT_EQ(SampleToken({2.0f, 1.0f}, p, {0, 0, 0}, {}, 0).id, 0);
+  p.frequency_penalty = 0;
+  p.presence_penalty = 1.5f;  // once is enough: 2.0 - 1.5 = 0.5
+  EXPECT_EQ(SampleToken({2.0f, 1.0f}, p, {}, {0}, 0).id, 1);
+}
+
+TEST(Sampler, TemperatureSamplingFollowsSoftmax) {
+  SamplingParams p;
+  p.temperature = 2.0f;
+  p.seed = 11;
+  const std::vector<float> logits = {0.0f, 1.0f, 2.0f};
+  const auto want = Softmax({0.0, 0.5, 1.0});
+  auto f = Frequencies(logits, p, 20000);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(f[i], want[i], 0.015) << i;
+}
+
+TEST(Sampler, TopKTopPMinPKeepTheExpectedSets) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 0.0f, 2.5f};
+  const auto sm = Softmax({1.0, 3.0, 2.0, 0.0, 2.5});
+  SamplingParams p;
+  p.seed = 5;
+  p.temperature = 1.0f;
+  p.top_k = 2;  // ids 1 and 4
+  auto f = Frequencies(logits, p, 20000);
+  EXPECT_EQ(f.size(), 2u);
+  EXPECT_NEAR(f[1], sm[1] / (sm[1] + sm[4]), 0.015);
+  // top_p: sorted probs 1, 4, 2, 0, 3; keep the shortest prefix reaching p.
+  p.top_k = 0;
+  p.top_p = static_cast<float>(sm[1] + sm[4] + 0.5 * sm[2]);
+  f = Frequencies(logits, p, 20000);
+  EXPECT_EQ((std::set<int32_t>{1, 4, 2}),
+            (std::set<int32_t>{f.begin()->first, std::next(f.begin())->first,
+                               std::next(f.begin(), 2)->first}));
+  EXPECT_EQ(f.size(), 3u);
+  const double z = sm[1] + sm[4] + sm[2];
+  EXPECT_NEAR(f[2], sm[2] / z, 0.015);
+  // min_p: keep p >= min_p * p_max. ratio to max for id 2 = e^-1 ~ 0.37,
+  // id 4 = e^-0.5 ~ 0.61: min_p 0.5 keeps {1, 4}.
+  p.top_p = 1.0f;
+  p.min_p = 0.5f;
+  f = Frequencies(logits, p, 20000);
+  EXPECT_EQ(f.size(), 2u);
+  EXPECT_GT(f[1], 0.0);
+  EXPECT_GT(f[4], 0.0);
+}
+
+TEST(Sampler, SeededDrawIsReproducibleAndPositionKeyed) {
+  std::vector<float> logits(50);
+  for (int i = 0; i < 50; ++i) logits[i] = std::sin(i * 0.7f) * 2;
+  SamplingParams p;
+  p.seed = 1234;
+  p.temperature = 0.9f;
+  p.top_p = 0.95f;
+  std::vector<int32_t> a, b;
+  for (int pos = 0; pos < 200; ++pos) {
+    a.push_back(SampleToken(logits, p, {}, {}, pos).id);
+    b.push_back(SampleToken(logits, p, {}, {}, pos).id);
+  }
+  EXPECT_EQ(a, b);
+  p.seed = 1235;
+  std::vector<int32_t> c;
+  for (int pos = 0; pos < 200; ++pos)
+    c.push_back(SampleToken(logits, p, {}, {}, pos).id);
+  EXPECT_NE(a, c);
+}
+
+TEST(Sampler, ValidateRejectsBadValues) {
+  SamplingParams p;
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  p.top_p = 0;
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  p = {};
+  p.temperature = -1;
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  p = {};
+  p.min_p = 1.5f;
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  p = {};
+  p.repetition_penalty = 0;
+  EXPECT_FALSE(ValidateSamplingParams(p).ok());
+}
+
+TEST(Stop, EosStopIdsMaxTokensAndIgnoreEos) {
+  StopParams s;
+  s.eos_ids = {2, 1};
+  s.stop_token_ids = {7};
+  s.max_tokens = 3;
+  EXPECT_EQ(StopReason(s, 1, 1), "stop");
+  EXPECT_EQ(StopReason(s, 2, 3), "stop");
+  EXPECT_EQ(StopReason(s, 7, 1), "stop");
+  EXPECT_EQ(StopReason(s, 5, 2), "");
+  EXPECT_EQ(StopReason(s, 5, 3), "length");
+  s.ignore_eos = true;
+  EXPECT_EQ(StopReason(s, 1, 1), "");
+  EXPECT_EQ(StopReason(s, 7, 1), "stop");
+}
+
+}  // namespace
+}  // namespace pdserve

@@ -1,0 +1,271 @@
+// `pdserve bench-engine`: prefill and decode throughput of the engine next to
+// a memory-bandwidth probe and oneDNN's GEMM rate measured in the same run,
+// so the figures read as ratios; plus peak RSS against weights + KV budget.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/backend/cpu/bench_probes.h"
+#include "common/backend/thread_pool.h"
+#include "common/engine/engine.h"
+#include "common/model/model_source.h"
+#include "nlohmann/json.hpp"
+#include "tools/common_flags.h"
+#include "tools/subcommand.h"
+
+ABSL_FLAG(int32_t, prompt_len, 512, "bench-engine: prompt tokens to prefill");
+ABSL_FLAG(int32_t, gen_len, 128, "bench-engine: decode steps per batch size");
+ABSL_FLAG(std::vector<std::string>, batch,
+          std::vector<std::string>({"1", "8", "32"}),
+          "bench-engine: decode batch sizes (comma-separated)");
+
+namespace pdserve {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Progress(const std::string& text) {
+  std::fprintf(stderr, "\r\033[Kbench-engine: %s", text.c_str());
+  std::fflush(stderr);
+}
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "bench-engine: %s\n", message.c_str());
+  return 1;
+}
+
+int RunBenchEngine(const std::vector<std::string>&) {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  if (threads > 0) {
+    // oneDNN's OpenMP runtime reads this on first use: same threads as ours.
+    setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  }
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  const int gen_len = absl::GetFlag(FLAGS_gen_len);
+  std::vector<int> batches;
+  for (const std::string& b : absl::GetFlag(FLAGS_batch)) {
+    int v;
+    if (!absl::SimpleAtoi(b, &v) || v <= 0)
+      return Fail("bad --batch value " + b);
+    batches.push_back(v);
+  }
+  if (prompt_len <= 0 || gen_len <= 0 || batches.empty()) {
+    return Fail("--prompt_len, --gen_len and --batch must be positive");
+  }
+  auto dtype = ParseComputeDType(absl::GetFlag(FLAGS_dtype));
+  if (!dtype.ok()) return Fail(std::string(dtype.status().message()));
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+
+  EngineOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.weight_dtype = *dtype;
+  o.num_threads = threads;
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.max_batch_tokens = std::max(prompt_len, max_batch);
+  {
+    // KV budget: every decode sequence at its final length.
+    auto source = OpenModelSource(o.model, o.weight_dtype, 0);
+    if (!source.ok()) return Fail(source.status().ToString());
+    const ModelConfig& c = (*source)->config();
+    if (prompt_len + gen_len > c.max_position_embeddings) {
+      return Fail("--prompt_len + --gen_len exceeds the model's context");
+    }
+    const int64_t blocks_per_seq =
+        (prompt_len + gen_len + o.block_size - 1) / o.block_size;
+    o.kv_cache_bytes = (max_batch + 1) * blocks_per_seq * o.block_size *
+                       int64_t{2} * c.num_kv_heads * c.head_dim *
+                       DTypeSize(o.weight_dtype) * c.num_layers;
+  }
+  Progress("loading " + o.model);
+  const double t_load = Now();
+  auto created = Engine::Create(o);
+  if (!created.ok()) return Fail(created.status().ToString());
+  Engine& e = **created;
+  const double load_s = Now() - t_load;
+  const ModelConfig& c = e.config();
+  const int64_t H = c.hidden_size, I = c.intermediate_size, Q = c.q_dim(),
+                KV = c.kv_dim();
+  const double layer_params =
+      static_cast<double>(H * (Q + 2 * KV) + Q * H + 3 * H * I);
+
+  std::mt19937 rng(1);
+  std::vector<int32_t> prompt(prompt_len);
+  for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+  std::vector<float> logits;
+
+  // Prefill: one sequence of prompt_len tokens (best of 2 after a warm-up).
+  Progress("prefill warm-up");
+  {
+    SeqId s = *e.CreateSequence();
+    Engine::ForwardItem item{
+        s, absl::MakeConstSpan(prompt.data(), std::min(prompt_len, 64)), true};
+    if (auto st = e.Forward({&item, 1}, &logits); !st.ok())
+      return Fail(st.ToString());
+    e.FreeSequence(s);
+  }
+  double prefill_s = 1e30;
+  SeqId base = 0;
+  for (int rep = 0; rep < 2; ++rep) {
+    Progress(
+        absl::StrCat("prefill ", prompt_len, " tokens, run ", rep + 1, "/2"));
+    SeqId s = *e.CreateSequence();
+    Engine::ForwardItem item{s, prompt, true};
+    const double t0 = Now();
+    if (auto st = e.Forward({&item, 1}, &logits); !st.ok())
+      return Fail(st.ToString());
+    prefill_s = std::min(prefill_s, Now() - t0);
+    if (rep == 0) {
+      base = s;
+    } else {
+      e.FreeSequence(s);
+    }
+  }
+  double attn_pairs = 0;  // sum over tokens of the positions each attends to
+  for (int t = 0; t < prompt_len; ++t) attn_pairs += t + 1;
+  const double prefill_flops =
+      2.0 * prompt_len * layer_params * c.num_layers + 2.0 * c.vocab_size * H +
+      4.0 * c.num_layers * c.num_heads * c.head_dim * attn_pairs;
+
+  // Decode: `batch` copies of the prefilled sequence (KV cloned by
+  // export/import), gen_len steps each.
+  const int64_t kv_token_bytes =
+      e.kv_layout().BytesPerTokenPerLayer() * c.num_layers;
+  nlohmann::json decode = nlohmann::json::array();
+  struct DecodeRow {
+    int batch;
+    double tokens_per_s, weight_gbps, total_gbps;
+  };
+  std::vector<DecodeRow> rows;
+  for (int batch : batches) {
+    std::vector<SeqId> seqs;
+    for (int b = 0; b < batch; ++b) {
+      SeqId s = *e.CreateSequence();
+      if (auto st = e.Reserve(s, prompt_len + gen_len); !st.ok())
+        return Fail(st.ToString());
+      std::string bytes;
+      for (int l = 0; l < c.num_layers; ++l) {
+        (void)e.ExportLayerKv(base, l, 0, prompt_len, &bytes);
+        (void)e.ImportLayerKv(s, l, 0, prompt_len, bytes);
+      }
+      (void)e.SetSequenceLength(s, prompt_len);
+      seqs.push_back(s);
+    }
+    std::vector<int32_t> next(batch, 5);
+    double weight_bytes = 0, kv_bytes = 0;
+    const double t0 = Now();
+    for (int step = 0; step < gen_len; ++step) {
+      if (step % 8 == 0) {
+        Progress(absl::StrCat("decode batch ", batch, ": step ", step, "/",
+                              gen_len));
+      }
+      std::vector<Engine::ForwardItem> items;
+      for (int b = 0; b < batch; ++b) {
+        items.push_back({seqs[b], absl::MakeConstSpan(&next[b], 1), true});
+        kv_bytes += static_cast<double>(prompt_len + step + 1) * kv_token_bytes;
+      }
+      weight_bytes += e.weight_bytes_per_pass();
+      if (auto st = e.Forward(items, &logits); !st.ok())
+        return Fail(st.ToString());
+      for (int b = 0; b < batch; ++b) {
+        next[b] = static_cast<int32_t>(
+            std::max_element(logits.begin() + b * c.vocab_size,
+                             logits.begin() + (b + 1) * c.vocab_size) -
+            (logits.begin() + b * c.vocab_size));
+      }
+    }
+    const double dt = Now() - t0;
+    rows.push_back({batch, batch * gen_len / dt, weight_bytes / dt / 1e9,
+                    (weight_bytes + kv_bytes) / dt / 1e9});
+    for (SeqId s : seqs) e.FreeSequence(s);
+  }
+  const int64_t peak_rss = PeakRssBytes();  // before the probes allocate
+
+  Progress("memory bandwidth probe");
+  ThreadPool pool(threads);
+  const double probe_gbps = MeasureReadBandwidthGbps(pool, int64_t{1} << 30, 5);
+  Progress("oneDNN GEMM");
+  auto gemm = MeasureOneDnnGemmGflops(prompt_len, 2 * I, H, *dtype, threads, 5);
+  std::fprintf(stderr, "\r\033[K");
+  const double gemm_gflops = gemm.ok() ? *gemm : 0.0;
+  const double prefill_gflops = prefill_flops / prefill_s / 1e9;
+  const int64_t budget = e.weight_bytes() + o.kv_cache_bytes;
+
+  if (absl::GetFlag(FLAGS_json)) {
+    nlohmann::json j;
+    j["model"] = o.model;
+    j["dtype"] = DTypeName(*dtype);
+    j["threads"] = e.options().num_threads;
+    j["prompt_len"] = prompt_len;
+    j["gen_len"] = gen_len;
+    j["load_s"] = load_s;
+    j["probe_bandwidth_gbps"] = probe_gbps;
+    j["gemm_gflops"] = gemm_gflops;
+    j["gemm_shape"] = {prompt_len, 2 * I, H};
+    if (!gemm.ok()) j["gemm_error"] = gemm.status().ToString();
+    j["prefill"] = {{"tokens_per_s", prompt_len / prefill_s},
+                    {"gflops", prefill_gflops},
+                    {"fraction_of_gemm",
+                     gemm_gflops > 0 ? prefill_gflops / gemm_gflops : 0}};
+    for (const auto& r : rows) {
+      decode.push_back({{"batch", r.batch},
+                        {"tokens_per_s", r.tokens_per_s},
+                        {"weight_gbps", r.weight_gbps},
+                        {"weight_and_kv_gbps", r.total_gbps},
+                        {"fraction_of_probe", r.total_gbps / probe_gbps}});
+    }
+    j["decode"] = decode;
+    j["weights_bytes"] = e.weight_bytes();
+    j["kv_budget_bytes"] = o.kv_cache_bytes;
+    j["peak_rss_bytes"] = peak_rss;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf(
+      "model %s  dtype %s  threads %d  prompt_len %d  gen_len %d  (load %.1f "
+      "s)\n",
+      o.model.c_str(), DTypeName(*dtype), threads, prompt_len, gen_len, load_s);
+  std::printf("memory-bandwidth probe      %8.1f GB/s\n", probe_gbps);
+  if (gemm.ok()) {
+    std::printf("oneDNN GEMM %dx%lldx%lld  %8.1f GFLOP/s\n", prompt_len,
+                static_cast<long long>(2 * I), static_cast<long long>(H),
+                gemm_gflops);
+  } else {
+    std::printf("oneDNN GEMM: %s\n", gemm.status().ToString().c_str());
+  }
+  std::printf("prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM\n",
+              prompt_len / prefill_s, prefill_gflops,
+              gemm_gflops > 0 ? 100 * prefill_gflops / gemm_gflops : 0.0);
+  for (const auto& r : rows) {
+    std::printf(
+        "decode batch %3d  %8.1f tokens/s  weights %6.1f GB/s  "
+        "weights+KV %6.1f GB/s = %.0f%% of probe\n",
+        r.batch, r.tokens_per_s, r.weight_gbps, r.total_gbps,
+        100 * r.total_gbps / probe_gbps);
+  }
+  std::printf(
+      "peak RSS %.1f MiB  vs weights %.1f MiB + KV budget %.1f MiB = %.1f "
+      "MiB\n",
+      peak_rss / 1048576.0, e.weight_bytes() / 1048576.0,
+      o.kv_cache_bytes / 1048576.0, budget / 1048576.0);
+  return 0;
+}
+
+PDSERVE_SUBCOMMAND(
+    "bench-engine",
+    "engine prefill/decode throughput vs bandwidth and GEMM probes",
+    "pdserve bench-engine --model=synthetic:llama-110m --dtype=f32|bf16 "
+    "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 [--json]",
+    RunBenchEngine);
+
+}  // namespace
+}  // namespace pdserve
