@@ -1,0 +1,167 @@
+#include "common/metrics/metric_defs.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace pdserve::metrics {
+namespace {
+
+constexpr MetricType kC = MetricType::kCounter;
+constexpr MetricType kG = MetricType::kGauge;
+constexpr MetricType kH = MetricType::kHistogram;
+
+// docs/observability.md mirrors this table; keep them in step.
+constexpr MetricDef kDefs[] = {
+    // All roles.
+    {"pdserve_build_info", kG, "router|prefill|decode", "role", "1",
+     "Always 1; the role label says which pdserve role this process runs."},
+    // Router.
+    {"pdserve_requests_total", kC, "router", "code", "requests",
+     "Generate requests finished, by final gRPC status code name."},
+    {"pdserve_time_to_first_token_seconds", kH, "router", "", "seconds",
+     "Request arrival at the router to the first token sent to the client."},
+    {"pdserve_inter_token_latency_seconds", kH, "router", "", "seconds",
+     "Gap between two consecutive tokens sent to the client (one sample per "
+     "token after the first)."},
+    {"pdserve_time_per_output_token_seconds", kH, "router", "", "seconds",
+     "Per request: (e2e latency - TTFT) / (output tokens - 1); requests with "
+     "one token are not observed."},
+    {"pdserve_e2e_request_latency_seconds", kH, "router", "", "seconds",
+     "Request arrival at the router to its final message."},
+    {"pdserve_request_queue_time_seconds", kH, "router", "", "seconds",
+     "Time a request waited before its prefill compute began: the router_queue "
+     "plus prefill_queue stages."},
+    {"pdserve_prompt_tokens_total", kC, "router", "", "tokens",
+     "Prompt tokens of finished requests."},
+    {"pdserve_generation_tokens_total", kC, "router", "", "tokens",
+     "Output tokens sent to clients."},
+    {"pdserve_requests_in_flight", kG, "router", "", "requests",
+     "Generate requests currently being served."},
+    {"pdserve_worker_healthy", kG, "router", "endpoint,pool", "1",
+     "1 if the router's health check of this worker passes, else 0; pool is "
+     "prefill or decode."},
+    {"pdserve_request_retries_total", kC, "router", "", "retries",
+     "Attempts re-sent to another worker (UNAVAILABLE/RESOURCE_EXHAUSTED "
+     "before any token)."},
+    {"pdserve_request_migrations_total", kC, "router", "", "migrations",
+     "Requests moved to another decode worker mid-stream."},
+    {"pdserve_request_stage_seconds", kH, "router", "stage", "seconds",
+     "Per-request stage durations, each measured by the process where the "
+     "stage happens (router_queue, prefill_queue, prefill_compute, "
+     "kv_transfer, decode_admission, first_decode_step, decode)."},
+    // Prefill worker (and decode worker for local prefill: role label).
+    {"pdserve_prefill_queue_depth", kG, "prefill", "", "requests",
+     "Prefill requests waiting to be batched."},
+    {"pdserve_prefill_batch_size", kH, "prefill", "", "sequences",
+     "Sequences in one prefill forward pass."},
+    {"pdserve_prefill_batch_tokens", kH, "prefill", "", "tokens",
+     "Prompt tokens computed in one prefill forward pass."},
+    {"pdserve_prefill_compute_seconds", kH, "prefill|decode", "role", "seconds",
+     "Wall time of one request's prefill compute (all its chunks); decode "
+     "workers report local (colocated) prefills."},
+    {"pdserve_prefill_computed_tokens_total", kC, "prefill|decode", "role",
+     "tokens",
+     "Prompt tokens run through the model (prefix-cache hits excluded)."},
+    {"pdserve_prefix_cache_queries_tokens_total", kC, "prefill|decode", "role",
+     "tokens", "Prompt tokens looked up in the prefix cache."},
+    {"pdserve_prefix_cache_hits_tokens_total", kC, "prefill|decode", "role",
+     "tokens", "Prompt tokens found in the prefix cache."},
+    {"pdserve_kv_pushed_bytes_total", kC, "prefill", "", "bytes",
+     "KV cache payload bytes pushed to decode workers (acknowledged)."},
+    {"pdserve_kv_push_seconds", kH, "prefill", "", "seconds",
+     "One KV push, first byte sent to last acknowledgement."},
+    {"pdserve_kv_push_bandwidth_bytes_per_second", kH, "prefill", "",
+     "bytes/second",
+     "Achieved bandwidth of one KV push: bytes / push seconds."},
+    {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
+     "Failed KV pushes, by reason (the lower-case status code name)."},
+    // KV pool: both worker roles have one.
+    {"pdserve_kv_blocks_used", kG, "prefill|decode", "role", "blocks",
+     "KV cache blocks in use."},
+    {"pdserve_kv_blocks_capacity", kG, "prefill|decode", "role", "blocks",
+     "KV cache blocks in the pool (total; not named _total, which is for "
+     "counters)."},
+    {"pdserve_kv_usage_ratio", kG, "prefill|decode", "role", "ratio",
+     "kv_blocks_used / kv_blocks_capacity, 0..1."},
+    // Decode worker.
+    {"pdserve_decode_running_sequences", kG, "decode", "", "sequences",
+     "Sequences in the continuous batch."},
+    {"pdserve_decode_waiting_sequences", kG, "decode", "", "sequences",
+     "Sequences whose KV is complete (or arriving) waiting for admission."},
+    {"pdserve_decode_batch_size", kH, "decode", "", "sequences",
+     "Sequences in one decode step."},
+    {"pdserve_decode_step_seconds", kH, "decode", "", "seconds",
+     "Wall time of one decode step (forward + sampling) of the whole batch."},
+    {"pdserve_decode_generated_tokens_total", kC, "decode", "", "tokens",
+     "Tokens sampled by decode steps (the first token of a disaggregated "
+     "request is sampled by the prefill worker and not counted here)."},
+    {"pdserve_kv_received_bytes_total", kC, "decode", "", "bytes",
+     "KV cache payload bytes received and verified from prefill workers."},
+    {"pdserve_decode_admission_wait_seconds", kH, "decode", "", "seconds",
+     "KV complete and claimed by the router to admission into the batch."},
+    {"pdserve_decode_preemptions_total", kC, "decode", "", "preemptions",
+     "Sequences preempted out of the batch for lack of KV blocks."},
+    {"pdserve_kv_lease_expiries_total", kC, "decode", "", "leases",
+     "KV reservations freed because their lease expired (push never "
+     "completed or sequence never claimed)."},
+    {"pdserve_kv_checksum_failures_total", kC, "decode", "", "chunks",
+     "KV chunks whose checksum did not match (request failed with "
+     "DATA_LOSS)."},
+};
+
+// 1, 2.5, 5 x 10^e within [from, to]. Values are parsed from decimal text so
+// each is the double nearest its short decimal form (le="0.0025", not
+// le="0.0025000000000000001").
+std::vector<double> OneTwoFive(double from, double to) {
+  std::vector<double> out;
+  for (int e = -12; e <= 15; ++e) {
+    for (const char* m : {"1", "2.5", "5"}) {
+      const double v = std::strtod(absl::StrCat(m, "e", e).c_str(), nullptr);
+      if (v >= from * 0.9999 && v <= to * 1.0001) out.push_back(v);
+    }
+  }
+  return out;
+}
+
+std::vector<double> PowersOfTwo(int max_exponent) {
+  std::vector<double> out;
+  for (int e = 0; e <= max_exponent; ++e) out.push_back(std::ldexp(1.0, e));
+  return out;
+}
+
+}  // namespace
+
+absl::Span<const MetricDef> AllMetricDefs() { return kDefs; }
+
+const MetricDef* FindMetricDef(absl::string_view name) {
+  for (const MetricDef& def : kDefs) {
+    if (name == def.name) return &def;
+  }
+  return nullptr;
+}
+
+const char* MetricTypeName(MetricType type) {
+  switch (type) {
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kHistogram:
+      return "histogram";
+  }
+  return "untyped";
+}
+
+std::vector<double> LatencyBuckets() {
+  // 0.0005, 0.001, 0.0025, ..., 25, 50, then 60 s as the last finite bucket.
+  std::vector<double> b = OneTwoFive(0.0005, 50);
+  b.push_back(60);
+  return b;
+}
+std::vector<double> BatchSizeBuckets() { return PowersOfTwo(10); }
+std::vector<double> TokenCountBuckets() { return PowersOfTwo(16); }
+std::vector<double> BandwidthBuckets() { return OneTwoFive(1e6, 1e11); }
+
+}  // namespace pdserve::metrics

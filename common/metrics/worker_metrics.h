@@ -1,0 +1,119 @@
+// Metric bundles of the two worker roles. PrefillMetrics and DecodeMetrics
+// are built once per worker process on its MetricsServer's registry; they
+// share two role-labelled parts (KV pool occupancy, prefill compute, which a
+// decode worker also does for colocated requests). Every method is
+// thread-safe (prometheus-cpp metrics are atomic).
+#ifndef PDSERVE_COMMON_METRICS_WORKER_METRICS_H_
+#define PDSERVE_COMMON_METRICS_WORKER_METRICS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+
+namespace prometheus {
+class Counter;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace pdserve::metrics {
+
+// pdserve_kv_blocks_used / _total / pdserve_kv_usage_ratio {role}.
+class KvPoolMetrics {
+ public:
+  KvPoolMetrics(prometheus::Registry& registry, absl::string_view role);
+  // Call after blocks are taken or freed (or from a periodic poll).
+  void Set(int64_t used_blocks, int64_t total_blocks);
+
+ private:
+  prometheus::Gauge& used_;
+  prometheus::Gauge& total_;
+  prometheus::Gauge& ratio_;
+};
+
+// Prefill compute and prefix cache {role}.
+class PrefillComputeMetrics {
+ public:
+  PrefillComputeMetrics(prometheus::Registry& registry, absl::string_view role);
+  // One request's prefill: wall seconds and prompt tokens actually computed.
+  void ObserveCompute(double seconds, int64_t computed_tokens);
+  // One prefix-cache lookup: prompt tokens looked up and tokens found.
+  void ObservePrefixLookup(int64_t query_tokens, int64_t hit_tokens);
+
+ private:
+  prometheus::Histogram& compute_seconds_;
+  prometheus::Counter& computed_tokens_;
+  prometheus::Counter& prefix_queries_;
+  prometheus::Counter& prefix_hits_;
+};
+
+class PrefillMetrics {
+ public:
+  explicit PrefillMetrics(prometheus::Registry& registry);
+
+  void SetQueueDepth(int64_t requests);
+  // One forward pass over `sequences` prompts with `tokens` new tokens.
+  void ObserveBatch(int64_t sequences, int64_t tokens);
+  // A push acknowledged by the decode worker: payload bytes, first byte sent
+  // to last ack. Adds bytes, observes seconds and bytes/seconds.
+  void PushSucceeded(int64_t bytes, double seconds);
+  // A push that failed; reason label = lower-case code name ("data_loss").
+  void PushFailed(absl::StatusCode code);
+
+  PrefillComputeMetrics& compute() { return compute_; }
+  KvPoolMetrics& kv_pool() { return kv_pool_; }
+
+ private:
+  prometheus::Gauge& queue_depth_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Histogram& batch_tokens_;
+  prometheus::Counter& pushed_bytes_;
+  prometheus::Histogram& push_seconds_;
+  prometheus::Histogram& push_bandwidth_;
+  prometheus::Family<prometheus::Counter>& push_failures_;
+  PrefillComputeMetrics compute_;
+  KvPoolMetrics kv_pool_;
+};
+
+class DecodeMetrics {
+ public:
+  explicit DecodeMetrics(prometheus::Registry& registry);
+
+  void SetRunning(int64_t sequences);
+  void SetWaiting(int64_t sequences);
+  // One decode step over `batch_size` sequences that sampled `tokens` tokens.
+  void ObserveStep(int64_t batch_size, double seconds, int64_t tokens);
+  // A push completely received and verified: payload bytes.
+  void KvPushReceived(int64_t bytes);
+  // KV complete and claimed -> admitted into the batch.
+  void ObserveAdmissionWait(double seconds);
+  void CountPreemption();
+  void CountLeaseExpiry();
+  void CountChecksumFailure();
+
+  // Local (colocated) prefills and this worker's KV pool, role="decode".
+  PrefillComputeMetrics& compute() { return compute_; }
+  KvPoolMetrics& kv_pool() { return kv_pool_; }
+
+ private:
+  prometheus::Gauge& running_;
+  prometheus::Gauge& waiting_;
+  prometheus::Histogram& batch_size_;
+  prometheus::Histogram& step_seconds_;
+  prometheus::Counter& generated_tokens_;
+  prometheus::Counter& received_bytes_;
+  prometheus::Histogram& admission_wait_;
+  prometheus::Counter& preemptions_;
+  prometheus::Counter& lease_expiries_;
+  prometheus::Counter& checksum_failures_;
+  PrefillComputeMetrics compute_;
+  KvPoolMetrics kv_pool_;
+};
+
+}  // namespace pdserve::metrics
+
+#endif  // PDSERVE_COMMON_METRICS_WORKER_METRICS_H_

@@ -1,0 +1,92 @@
+// The KV transport interface: how a prefill worker pushes one sequence's KV
+// to a decode worker (KvSender / KvPushStream) and how a decode worker
+// consumes pushes (KvSink). gRPC client-streaming is the implementation today
+// (grpc_kv_transport.h); a same-host shared-memory transport implements the
+// same interfaces. KvSender implementations are thread-safe; a KvPushStream
+// is driven by one thread, except Cancel(), which any thread may call.
+#ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
+#define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/transport/kv_wire.h"
+
+namespace pdserve::transport {
+
+struct KvPushResult {
+  int64_t bytes = 0;            // KV payload bytes acknowledged by D
+  double transfer_seconds = 0;  // measured by D
+};
+
+// One sequence's push. Send chunks in per-layer token order, then Commit.
+class KvPushStream {
+ public:
+  virtual ~KvPushStream() = default;
+  // Takes the chunk (sealed by the caller with SealChunk). A failed stream
+  // keeps failing with the first error.
+  virtual absl::Status Send(pb::KvChunk chunk) = 0;
+  // Sends the commit and waits for D's acknowledgement.
+  virtual absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) = 0;
+  // Aborts the push (D frees what it reserved). Thread-safe, idempotent.
+  virtual void Cancel() = 0;
+};
+
+// Test-only fault injection for the sender (flags named --testonly_*).
+struct KvFaultInjection {
+  int corrupt_chunk = -1;  // flip a byte of this chunk (0-based), after sealing
+  int stop_after_chunks =
+      -1;  // send this many chunks, then stall until cancelled
+};
+
+class KvSender {
+ public:
+  virtual ~KvSender() = default;
+  // Opens a push to `target` (host:port) and sends the header. The stream
+  // fails with the receiver's status (e.g. FAILED_PRECONDITION,
+  // RESOURCE_EXHAUSTED) on a later Send/Commit when it refuses. `deadline`
+  // bounds the whole push.
+  virtual absl::StatusOr<std::unique_ptr<KvPushStream>> Open(
+      const std::string& target, const pb::KvHeader& header,
+      absl::Time deadline) = 0;
+};
+
+// The receiving end of one push, implemented by the decode worker. Methods
+// are called by one thread in order: (OnChunk)* then OnCommit; OnAbort may
+// end it at any point (the stream broke, a chunk failed verification).
+class KvSink {
+ public:
+  virtual ~KvSink() = default;
+  // Chunks have passed KvCoverage::Accept (order, size, checksum).
+  virtual absl::Status OnChunk(const pb::KvChunk& chunk) = 0;
+  // Every chunk arrived; `transfer_seconds` from the header to now.
+  virtual absl::Status OnCommit(const pb::KvCommit& commit,
+                                double transfer_seconds) = 0;
+  virtual void OnAbort(const absl::Status& status) = 0;
+};
+
+class KvSinkFactory {
+ public:
+  virtual ~KvSinkFactory() = default;
+  // Called for each header after CheckHeaderCompatible passed. `cancel`
+  // breaks the push stream from the receiving side (e.g. lease expiry) and
+  // stays valid until the sink is destroyed. Errors (RESOURCE_EXHAUSTED when
+  // no room) refuse the push.
+  virtual absl::StatusOr<std::unique_ptr<KvSink>> Begin(
+      const pb::KvHeader& header, std::function<void()> cancel) = 0;
+  // A header failed CheckHeaderCompatible (e.g. FAILED_PRECONDITION for
+  // another model): remembered so that the router's claim learns why.
+  virtual void Refused(const pb::KvHeader& header, const absl::Status& status) {
+  }
+  virtual const std::string& fingerprint() const = 0;
+  virtual KvLayout layout() const = 0;
+};
+
+}  // namespace pdserve::transport
+
+#endif  // PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_

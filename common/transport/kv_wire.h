@@ -1,0 +1,69 @@
+// The KV wire format shared by every transport: layout <-> proto, checksums
+// (XXH3-64 per chunk), how a layer is cut into chunks, the checks a receiver
+// runs on a header (same model and layout) and on each chunk (in range, right
+// size, checksum), and KvCoverage, which tracks when a push is complete.
+// Free functions are thread-safe; KvCoverage is thread-compatible.
+#ifndef PDSERVE_COMMON_TRANSPORT_KV_WIRE_H_
+#define PDSERVE_COMMON_TRANSPORT_KV_WIRE_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "common/kv/kv_cache.h"
+#include "pdserve/v1/worker.pb.h"
+
+namespace pdserve::transport {
+
+namespace pb = ::pdserve::v1::internal;
+
+// A layer's KV for many tokens is cut into chunks of at most this many bytes
+// (always whole tokens), so chunks stay far below the message-size limit.
+inline constexpr int64_t kKvChunkTargetBytes = int64_t{4} << 20;
+
+uint64_t KvChecksum(absl::string_view data);
+// Sets chunk->xxh3 from chunk->data.
+void SealChunk(pb::KvChunk* chunk);
+
+pb::KvLayoutProto LayoutToProto(const KvLayout& layout);
+absl::StatusOr<KvLayout> LayoutFromProto(const pb::KvLayoutProto& proto);
+
+// Token ranges [b, e) covering [begin, end) with at most `target_bytes`
+// bytes each (at least one token per range).
+std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
+                                                  int64_t bytes_per_token,
+                                                  int64_t target_bytes);
+
+// FAILED_PRECONDITION when the header's model fingerprint or layout differs
+// from the receiver's; INVALID_ARGUMENT for a malformed header.
+absl::Status CheckHeaderCompatible(const pb::KvHeader& header,
+                                   absl::string_view local_fingerprint,
+                                   const KvLayout& local_layout);
+
+// Tracks, per layer, how many tokens arrived; chunks of a layer must arrive
+// in token order without gaps or overlaps.
+class KvCoverage {
+ public:
+  KvCoverage(const KvLayout& layout, int num_tokens);
+  // INVALID_ARGUMENT for a chunk out of range/order or of the wrong size;
+  // DATA_LOSS when its checksum does not match its bytes. Records it on OK.
+  absl::Status Accept(const pb::KvChunk& chunk);
+  bool complete() const { return complete_layers_ == layout_.num_layers; }
+  int64_t bytes() const { return bytes_; }
+  // Total bytes of a complete push.
+  int64_t expected_bytes() const;
+
+ private:
+  KvLayout layout_;
+  int num_tokens_;
+  std::vector<int> next_token_;
+  int complete_layers_ = 0;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace pdserve::transport
+
+#endif  // PDSERVE_COMMON_TRANSPORT_KV_WIRE_H_

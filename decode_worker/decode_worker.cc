@@ -1,0 +1,256 @@
+#include "decode_worker/decode_worker.h"
+
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/transport/sequence_spec.h"
+#include "common/util/logging.h"
+
+namespace pdserve {
+namespace {
+
+// Token events of one stream, filled by the scheduler thread and drained by
+// the gRPC handler thread. Thread-safe.
+class EventQueue {
+ public:
+  void Push(const TokenEvent& event) {
+    absl::MutexLock lock(&mu_);
+    events_.push_back(event);
+  }
+  // Waits up to `timeout` for events; returns all that are queued.
+  std::deque<TokenEvent> PopAll(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](std::deque<TokenEvent>* e) { return !e->empty(); }, &events_),
+        timeout);
+    return std::exchange(events_, {});
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<TokenEvent> events_ ABSL_GUARDED_BY(mu_);
+};
+
+double Seconds(absl::Time from, absl::Time to) {
+  return absl::ToDoubleSeconds(to - from);
+}
+
+}  // namespace
+
+DecodeWorker::DecodeWorker(const DecodeWorkerOptions& options)
+    : options_(options) {}
+
+DecodeWorker::~DecodeWorker() {
+  // The table frees through the scheduler; the scheduler drives the engine.
+  leases_.reset();
+  scheduler_.reset();
+  engine_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
+    const DecodeWorkerOptions& options) {
+  std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
+  auto engine = Engine::Create(options.engine);
+  if (!engine.ok()) return engine.status();
+  w->engine_ = *std::move(engine);
+  w->scheduler_ = std::make_unique<GenerationScheduler>(w->engine_.get(),
+                                                        options.scheduler);
+  w->leases_ = std::make_unique<KvLeaseTable>(
+      w->scheduler_.get(), w->engine_.get(), options.kv_lease);
+  w->kv_service_ =
+      std::make_unique<transport::KvTransferService>(w->leases_.get());
+  return w;
+}
+
+std::vector<grpc::Service*> DecodeWorker::services() {
+  return {static_cast<pb::Decode::Service*>(this),
+          static_cast<pb::Worker::Service*>(this), kv_service_.get()};
+}
+
+grpc::Status DecodeWorker::Decode(
+    grpc::ServerContext* context, const pb::DecodeRequest* request,
+    grpc::ServerWriter<pb::DecodeResponse>* writer) {
+  if (draining_.load()) {
+    return ToGrpcStatus(absl::UnavailableError("decode worker is draining"));
+  }
+  if (request->request_id().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("empty request id"));
+  }
+  active_streams_.fetch_add(1);
+  struct Guard {
+    std::atomic<int>* n;
+    ~Guard() { n->fetch_sub(1); }
+  } guard{&active_streams_};
+
+  const absl::Time claim_time = absl::Now();
+  const std::string& id = request->request_id();
+  auto queue = std::make_shared<EventQueue>();
+  auto callback = [queue](const TokenEvent& e) { queue->Push(e); };
+  const bool colocated = request->has_colocated();
+  pdserve::v1::StageTimings timings;
+  absl::StatusOr<GenerationScheduler::RequestId> rid;
+  if (colocated) {
+    const pb::SequenceSpec& spec = request->colocated();
+    GenerationRequest req;
+    req.prompt_ids.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
+    req.sampling = transport::SamplingFromProto(spec.sampling());
+    req.stop = transport::StopFromProto(spec.stop(), {});
+    rid = scheduler_->Submit(std::move(req), callback);
+    if (rid.ok()) prefill_tokens_.fetch_add(spec.prompt_ids_size());
+    timings.set_prefill_location("decode_worker");
+  } else {
+    auto ready =
+        leases_->Claim(id, [context] { return context->IsCancelled(); });
+    if (!ready.ok()) return ToGrpcStatus(ready.status());
+    GenerationRequest req;
+    req.prompt_ids.assign(ready->spec.prompt_ids().begin(),
+                          ready->spec.prompt_ids().end());
+    req.sampling = transport::SamplingFromProto(ready->spec.sampling());
+    req.stop = transport::StopFromProto(ready->spec.stop(), {});
+    const SeqId seq = ready->seq;
+    rid = scheduler_->SubmitWithKv(std::move(req), seq, ready->first_token.id(),
+                                   callback);
+    if (!rid.ok()) {
+      scheduler_->WithEngine([seq](Engine& e) { e.FreeSequence(seq); });
+    }
+    timings.set_kv_transfer(ready->kv_transfer_seconds);
+    timings.set_prefill_queue(ready->prefill_queue_seconds);
+    timings.set_prefill_compute(ready->prefill_compute_seconds);
+    timings.set_prefill_location("prefill_worker");
+  }
+  if (!rid.ok()) return ToGrpcStatus(rid.status());
+  const absl::Time admitted = absl::Now();
+  timings.set_decode_admission(Seconds(claim_time, admitted));
+  {
+    absl::MutexLock lock(&mu_);
+    active_[id] = *rid;
+  }
+  auto unregister = [&] {
+    absl::MutexLock lock(&mu_);
+    active_.erase(id);
+  };
+  bool write_ok = true;
+  if (!colocated) {
+    pb::DecodeResponse first;
+    first.set_admitted(true);
+    write_ok = writer->Write(first);
+  }
+  int tokens = 0;
+  std::optional<absl::Time> first_step;
+  absl::Time last_event = admitted;
+  bool cancel_sent = false;
+  while (true) {
+    if (!cancel_sent && (!write_ok || context->IsCancelled())) {
+      scheduler_->Cancel(*rid);
+      cancel_sent = true;
+    }
+    std::deque<TokenEvent> events = queue->PopAll(absl::Milliseconds(20));
+    if (events.empty()) continue;
+    pb::DecodeResponse msg;
+    const TokenEvent* final_event = nullptr;
+    for (const TokenEvent& e : events) {
+      last_event = absl::Now();
+      if (e.has_token) {
+        if (!first_step.has_value()) first_step = last_event;
+        transport::ToWireToken(e.token_id, e.logprob, e.top_logprobs,
+                               msg.add_tokens());
+        ++tokens;
+      }
+      if (e.finished) {
+        final_event = &e;
+        break;
+      }
+    }
+    tokens_generated_.fetch_add(msg.tokens_size());
+    if (options_.testonly_stream_delay > absl::ZeroDuration() && !cancel_sent) {
+      for (const auto& token : msg.tokens()) {
+        pb::DecodeResponse one;
+        *one.add_tokens() = token;
+        if (!writer->Write(one)) write_ok = false;
+        absl::SleepFor(options_.testonly_stream_delay);
+      }
+      msg.clear_tokens();
+    }
+    if (final_event == nullptr) {
+      if (!cancel_sent && msg.tokens_size() > 0 && !writer->Write(msg)) {
+        write_ok = false;
+      }
+      continue;
+    }
+    unregister();
+    if (final_event->finish_reason == "cancelled") {
+      cancelled_.fetch_add(1);
+      return ToGrpcStatus(absl::CancelledError("decode request cancelled"));
+    }
+    if (final_event->finish_reason == "error") {
+      cancelled_.fetch_add(1);
+      return ToGrpcStatus(final_event->status.ok()
+                              ? absl::InternalError("decode failed")
+                              : final_event->status);
+    }
+    const absl::Time first = first_step.value_or(last_event);
+    timings.set_first_decode_step(Seconds(admitted, first));
+    timings.set_decode(Seconds(first, last_event));
+    msg.set_finished(true);
+    msg.set_finish_reason(final_event->finish_reason);
+    *msg.mutable_timings() = timings;
+    completed_.fetch_add(1);
+    if (!writer->Write(msg)) {
+      return ToGrpcStatus(absl::CancelledError("router went away"));
+    }
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status DecodeWorker::Status(grpc::ServerContext*,
+                                  const pb::WorkerStatusRequest*,
+                                  pb::WorkerStatusResponse* r) {
+  r->set_role("decode");
+  r->set_model_fingerprint(engine_->fingerprint());
+  int64_t free_blocks = 0, total_blocks = 0;
+  scheduler_->WithEngine([&](Engine& e) {
+    free_blocks = e.free_blocks();
+    total_blocks = e.total_blocks();
+  });
+  r->set_free_kv_blocks(free_blocks);
+  r->set_total_kv_blocks(total_blocks);
+  r->set_running(scheduler_->num_running());
+  r->set_waiting(scheduler_->num_waiting());
+  r->set_queue_depth(scheduler_->num_waiting());
+  r->set_pending_leases(leases_->pending());
+  r->set_prefill_tokens_computed(prefill_tokens_.load());
+  r->set_decode_tokens_generated(tokens_generated_.load());
+  const auto& c = kv_service_->counters();
+  r->set_kv_bytes_received(c.bytes.load());
+  r->set_kv_pushes_received(c.pushes.load());
+  r->set_checksum_failures(c.checksum_failures.load());
+  r->set_lease_expiries(leases_->lease_expiries());
+  r->set_requests_completed(completed_.load());
+  r->set_requests_cancelled(cancelled_.load());
+  r->set_draining(draining_.load());
+  return grpc::Status::OK;
+}
+
+grpc::Status DecodeWorker::Abort(grpc::ServerContext*,
+                                 const pb::AbortRequest* request,
+                                 pb::AbortResponse* response) {
+  bool found = leases_->Abort(request->request_id());
+  std::optional<GenerationScheduler::RequestId> rid;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = active_.find(request->request_id());
+    if (it != active_.end()) rid = it->second;
+  }
+  if (rid.has_value()) {
+    scheduler_->Cancel(*rid);
+    found = true;
+  }
+  response->set_found(found);
+  return grpc::Status::OK;
+}
+
+}  // namespace pdserve

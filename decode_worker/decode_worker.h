@@ -1,0 +1,85 @@
+// DecodeWorker: one decode process. Owns the Engine, its continuous-batching
+// GenerationScheduler, the KvLeaseTable that receives KV pushes, and the gRPC
+// services (Decode, KvTransfer, Worker). A Decode call claims a pushed
+// sequence (or, colocated, prefills the prompt itself), admits it into the
+// batch and streams its tokens. Thread-safe: gRPC handler threads call in.
+#ifndef PDSERVE_DECODE_WORKER_DECODE_WORKER_H_
+#define PDSERVE_DECODE_WORKER_DECODE_WORKER_H_
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/engine/engine.h"
+#include "common/engine/scheduler.h"
+#include "common/transport/grpc_kv_transport.h"
+#include "decode_worker/kv_lease_table.h"
+#include "pdserve/v1/worker.grpc.pb.h"
+
+namespace pdserve {
+
+struct DecodeWorkerOptions {
+  EngineOptions engine;
+  SchedulerOptions scheduler;
+  absl::Duration kv_lease = absl::Seconds(5);
+  // Test-only: one token per message, this long apart (slow streams for
+  // failure tests). Zero = off.
+  absl::Duration testonly_stream_delay;
+};
+
+class DecodeWorker final : public pb::Decode::Service,
+                           public pb::Worker::Service {
+ public:
+  static absl::StatusOr<std::unique_ptr<DecodeWorker>> Create(
+      const DecodeWorkerOptions& options);
+  ~DecodeWorker() override;
+
+  // Services to register on the server.
+  std::vector<grpc::Service*> services();
+
+  // Stop accepting new Decode calls (they get UNAVAILABLE).
+  void StartDraining() { draining_.store(true); }
+  // Decode streams still running.
+  int active_streams() const { return active_streams_.load(); }
+
+  grpc::Status Decode(grpc::ServerContext* context,
+                      const pb::DecodeRequest* request,
+                      grpc::ServerWriter<pb::DecodeResponse>* writer) override;
+  grpc::Status Status(grpc::ServerContext* context,
+                      const pb::WorkerStatusRequest* request,
+                      pb::WorkerStatusResponse* response) override;
+  grpc::Status Abort(grpc::ServerContext* context,
+                     const pb::AbortRequest* request,
+                     pb::AbortResponse* response) override;
+
+ private:
+  explicit DecodeWorker(const DecodeWorkerOptions& options);
+  void RefreshEngineGauges();
+
+  const DecodeWorkerOptions options_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<GenerationScheduler> scheduler_;
+  std::unique_ptr<KvLeaseTable> leases_;
+  std::unique_ptr<transport::KvTransferService> kv_service_;
+
+  std::atomic<bool> draining_{false};
+  std::atomic<int> active_streams_{0};
+  std::atomic<int64_t> prefill_tokens_{0};
+  std::atomic<int64_t> tokens_generated_{0};
+  std::atomic<int64_t> completed_{0};
+  std::atomic<int64_t> cancelled_{0};
+
+  // Running Decode streams by request id (for Abort).
+  absl::Mutex mu_;
+  std::map<std::string, GenerationScheduler::RequestId> active_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_DECODE_WORKER_DECODE_WORKER_H_

@@ -1,0 +1,118 @@
+#include "prefill_worker/push_pipeline.h"
+
+#include <utility>
+
+#include "common/util/logging.h"
+
+namespace pdserve {
+
+PushPipeline::PushPipeline(transport::KvSender* sender, std::string target,
+                           pb::KvHeader header, absl::Time deadline,
+                           PushCounters* counters)
+    : sender_(sender),
+      target_(std::move(target)),
+      header_(std::move(header)),
+      deadline_(deadline),
+      counters_(counters) {
+  thread_ = std::thread([this] { Run(); });
+}
+
+PushPipeline::~PushPipeline() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!done_ && !commit_.has_value()) cancelled_ = true;
+    if (cancelled_ && stream_ != nullptr) stream_->Cancel();
+  }
+  thread_.join();
+}
+
+void PushPipeline::Enqueue(pb::KvChunk chunk) {
+  absl::MutexLock lock(&mu_);
+  auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return queued_bytes_ < kMaxQueuedBytes || cancelled_ || failed_;
+  };
+  mu_.Await(absl::Condition(&room));
+  if (cancelled_ || failed_) return;
+  queued_bytes_ += static_cast<int64_t>(chunk.data().size());
+  chunks_.push_back(std::move(chunk));
+}
+
+void PushPipeline::Commit(pb::KvCommit commit) {
+  absl::MutexLock lock(&mu_);
+  commit_ = std::move(commit);
+}
+
+void PushPipeline::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  chunks_.clear();
+  queued_bytes_ = 0;
+  if (stream_ != nullptr) stream_->Cancel();
+}
+
+bool PushPipeline::done() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+void PushPipeline::Run() {
+  auto opened = sender_->Open(target_, header_, deadline_);
+  absl::Status status = opened.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (opened.ok()) {
+      stream_ = *std::move(opened);
+      if (cancelled_) stream_->Cancel();
+    } else {
+      failed_ = true;
+    }
+  }
+  while (status.ok()) {
+    std::optional<pb::KvChunk> chunk;
+    std::optional<pb::KvCommit> commit;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !chunks_.empty() || commit_.has_value() || cancelled_;
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (cancelled_) {
+        status = absl::CancelledError("push cancelled");
+        break;
+      }
+      if (!chunks_.empty()) {
+        chunk = std::move(chunks_.front());
+        chunks_.pop_front();
+        queued_bytes_ -= static_cast<int64_t>(chunk->data().size());
+      } else {
+        commit = *commit_;
+      }
+    }
+    if (chunk.has_value()) {
+      status = stream_->Send(*std::move(chunk));
+      continue;
+    }
+    auto result = stream_->Commit(*commit);
+    status = result.status();
+    if (result.ok()) {
+      counters_->bytes.fetch_add(result->bytes);
+      counters_->ok.fetch_add(1);
+    }
+    break;
+  }
+  if (!status.ok()) {
+    counters_->failed.fetch_add(1);
+    if (!absl::IsCancelled(status)) {
+      PDSERVE_LOG_WARNING("KV push of %s to %s failed: %s",
+                          header_.request_id(), target_, status.ToString());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  failed_ = !status.ok();
+  chunks_.clear();
+  queued_bytes_ = 0;
+  done_ = true;
+  stream_.reset();
+}
+
+}  // namespace pdserve

@@ -1,0 +1,82 @@
+// GenerationService: the router's public Generation API. For each request it
+// validates and tokenizes, picks a decode worker and (disaggregated) a
+// prefill worker, runs Prefill then claims the sequence on the decode worker
+// and streams its tokens back with incremental detokenization and stop
+// strings. Retries another worker on UNAVAILABLE / RESOURCE_EXHAUSTED while
+// no token has reached the client; client cancellation and deadlines reach P
+// and D at once (propagated contexts + Abort). Thread-safe.
+#ifndef PDSERVE_ROUTER_GENERATION_SERVICE_H_
+#define PDSERVE_ROUTER_GENERATION_SERVICE_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/tokenizer/tokenizer.h"
+#include "pdserve/v1/generate.grpc.pb.h"
+#include "router/request_builder.h"
+#include "router/worker_pool.h"
+
+namespace pdserve {
+
+enum class RouterMode { kDisaggregated, kColocated, kAuto };
+absl::StatusOr<RouterMode> ParseRouterMode(const std::string& s);
+const char* RouterModeName(RouterMode mode);
+
+struct RouterOptions {
+  RouterMode mode = RouterMode::kDisaggregated;
+  int auto_prefill_threshold =
+      32;  // auto: prompts shorter than this prefill on D
+  int max_attempts = 3;
+  RequestLimits limits;
+};
+
+class GenerationService final : public pdserve::v1::Generation::Service {
+ public:
+  // `tokenizer` may be null (token-id input only). Pools must outlive this.
+  GenerationService(RouterOptions options, RouterModelInfo model,
+                    std::unique_ptr<Tokenizer> tokenizer, WorkerPool* prefill,
+                    WorkerPool* decode);
+
+  grpc::Status Generate(
+      grpc::ServerContext* context, const pdserve::v1::GenerateRequest* request,
+      grpc::ServerWriter<pdserve::v1::GenerateResponse>* writer) override;
+  grpc::Status Tokenize(grpc::ServerContext* context,
+                        const pdserve::v1::TokenizeRequest* request,
+                        pdserve::v1::TokenizeResponse* response) override;
+  grpc::Status GetModelInfo(
+      grpc::ServerContext* context,
+      const pdserve::v1::GetModelInfoRequest* request,
+      pdserve::v1::GetModelInfoResponse* response) override;
+
+  void StartDraining() { draining_.store(true); }
+  int in_flight() const { return in_flight_.load(); }
+
+ private:
+  class Stream;
+  struct Attempt;
+  absl::Status RunDisaggregated(grpc::ServerContext* context, Stream& stream,
+                                Attempt& attempt);
+  absl::Status RunColocated(grpc::ServerContext* context, Stream& stream,
+                            Attempt& attempt);
+  // Reads D's stream until its end, forwarding tokens to the client.
+  absl::Status PumpDecode(
+      grpc::ClientContext& dctx,
+      grpc::ClientReaderInterface<pb::DecodeResponse>& reader, Stream& stream,
+      Attempt& attempt);
+  void AbortOn(WorkerEndpoint* ep, const std::string& worker_request_id);
+
+  const RouterOptions options_;
+  const RouterModelInfo model_;
+  const std::unique_ptr<Tokenizer> tokenizer_;
+  WorkerPool* const prefill_;
+  WorkerPool* const decode_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int> in_flight_{0};
+  std::atomic<uint64_t> next_id_{1};
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_GENERATION_SERVICE_H_

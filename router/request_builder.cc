@@ -1,0 +1,221 @@
+#include "router/request_builder.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/model/config.h"
+#include "common/model/model_source.h"
+
+namespace pdserve {
+namespace {
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+}  // namespace
+
+absl::StatusOr<RouterModelInfo> LoadRouterModelInfo(const std::string& model) {
+  RouterModelInfo info;
+  info.name = model;
+  ModelConfig config;
+  GenerationConfig gen;
+  if (absl::StartsWith(model, "synthetic:")) {
+    auto c = SyntheticConfig(model.substr(10));
+    if (!c.ok()) return c.status();
+    config = *c;
+    gen.eos_token_ids = config.eos_token_ids;
+    gen.bos_token_id = config.bos_token_id;
+  } else {
+    auto text = ReadText(model + "/config.json");
+    if (!text.ok()) return text.status();
+    auto c = ParseModelConfig(*text, model + "/config.json");
+    if (!c.ok()) return c.status();
+    config = *c;
+    auto gtext = ReadText(model + "/generation_config.json");
+    if (gtext.ok()) {
+      auto g = ParseGenerationConfig(*gtext, model + "/generation_config.json",
+                                     config);
+      if (!g.ok()) return g.status();
+      gen = *g;
+    } else {
+      gen.eos_token_ids = config.eos_token_ids;
+      gen.bos_token_id = config.bos_token_id;
+    }
+  }
+  info.vocab_size = config.vocab_size;
+  info.max_context = config.max_position_embeddings;
+  info.eos_ids = gen.eos_token_ids;
+  info.bos_id = gen.bos_token_id;
+  return info;
+}
+
+absl::StatusOr<ResolvedRequest> ResolveRequest(
+    const pdserve::v1::GenerateRequest& request, const Tokenizer* tokenizer,
+    const RouterModelInfo& model, const RequestLimits& limits) {
+  ResolvedRequest out;
+  if (request.ByteSizeLong() > static_cast<size_t>(limits.max_request_bytes)) {
+    return Invalid(absl::StrCat("request is ", request.ByteSizeLong(),
+                                " bytes, more than the limit of ",
+                                limits.max_request_bytes));
+  }
+  if (request.request_id().size() > 256) {
+    return Invalid("request_id longer than 256 bytes");
+  }
+  // Prompt.
+  switch (request.input_case()) {
+    case pdserve::v1::GenerateRequest::kText: {
+      if (request.text().empty()) return Invalid("empty prompt");
+      if (tokenizer == nullptr) {
+        return absl::FailedPreconditionError(
+            "this router has no tokenizer: send token_ids");
+      }
+      auto ids =
+          tokenizer->Encode(request.text(), request.has_add_special_tokens()
+                                                ? request.add_special_tokens()
+                                                : true);
+      if (!ids.ok()) {
+        return Invalid(absl::StrCat("cannot tokenize the prompt: ",
+                                    ids.status().message()));
+      }
+      out.prompt_ids = *std::move(ids);
+      if (out.prompt_ids.empty()) return Invalid("empty prompt (no tokens)");
+      break;
+    }
+    case pdserve::v1::GenerateRequest::kTokenIds:
+      out.prompt_ids.assign(request.token_ids().ids().begin(),
+                            request.token_ids().ids().end());
+      if (out.prompt_ids.empty()) return Invalid("empty prompt");
+      for (int32_t id : out.prompt_ids) {
+        if (id < 0 || id >= model.vocab_size) {
+          return Invalid(absl::StrCat("prompt token id ", id,
+                                      " is outside the vocabulary [0, ",
+                                      model.vocab_size, ")"));
+        }
+      }
+      break;
+    default:
+      return Invalid("empty prompt: set text or token_ids");
+  }
+  const int prompt_len = static_cast<int>(out.prompt_ids.size());
+  if (prompt_len > limits.max_prompt_tokens) {
+    return Invalid(absl::StrCat("prompt has ", prompt_len,
+                                " tokens, more than the limit of ",
+                                limits.max_prompt_tokens));
+  }
+  // Length.
+  int max_tokens = limits.default_max_tokens;
+  if (request.has_max_tokens()) {
+    max_tokens = request.max_tokens();
+    if (max_tokens <= 0) {
+      return Invalid(
+          absl::StrCat("max_tokens must be positive, got ", max_tokens));
+    }
+    if (max_tokens > limits.max_tokens_cap) {
+      return Invalid(absl::StrCat("max_tokens ", max_tokens,
+                                  " is above the limit of ",
+                                  limits.max_tokens_cap));
+    }
+  } else {
+    max_tokens = std::min(max_tokens, model.max_context - prompt_len);
+    if (max_tokens <= 0) {
+      return Invalid(absl::StrCat("prompt (", prompt_len,
+                                  " tokens) fills the model context of ",
+                                  model.max_context));
+    }
+  }
+  if (prompt_len + max_tokens > model.max_context) {
+    return Invalid(absl::StrCat(
+        "prompt (", prompt_len, " tokens) + max_tokens (", max_tokens,
+        ") exceeds the model context of ", model.max_context));
+  }
+  out.stop.max_tokens = max_tokens;
+  out.stop.ignore_eos = request.has_ignore_eos() && request.ignore_eos();
+  if (request.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return Invalid(absl::StrCat("more than ", limits.max_stop_token_ids,
+                                " stop token ids"));
+  }
+  for (int32_t id : request.stop_token_ids()) {
+    if (id < 0 || id >= model.vocab_size) {
+      return Invalid(absl::StrCat("unknown stop token id ", id,
+                                  " (vocabulary has ", model.vocab_size,
+                                  " tokens)"));
+    }
+    out.stop.stop_token_ids.push_back(id);
+  }
+  if (request.stop_size() > limits.max_stop_strings) {
+    return Invalid(absl::StrCat("too many stop strings (", request.stop_size(),
+                                ", limit ", limits.max_stop_strings, ")"));
+  }
+  for (const std::string& s : request.stop()) {
+    if (s.empty()) return Invalid("empty stop string");
+    if (static_cast<int>(s.size()) > limits.max_stop_string_bytes) {
+      return Invalid(absl::StrCat("stop string longer than ",
+                                  limits.max_stop_string_bytes, " bytes"));
+    }
+    if (tokenizer == nullptr) {
+      return absl::FailedPreconditionError(
+          "this router has no tokenizer: stop strings are not available");
+    }
+    out.stop_strings.push_back(s);
+  }
+  // Sampling.
+  const auto& sp = request.sampling();
+  SamplingParams& s = out.sampling;
+  if (sp.has_temperature()) s.temperature = sp.temperature();
+  if (sp.has_top_p()) s.top_p = sp.top_p();
+  if (sp.has_top_k()) s.top_k = sp.top_k();
+  if (sp.has_min_p()) s.min_p = sp.min_p();
+  if (sp.has_repetition_penalty())
+    s.repetition_penalty = sp.repetition_penalty();
+  if (sp.has_presence_penalty()) s.presence_penalty = sp.presence_penalty();
+  if (sp.has_frequency_penalty()) s.frequency_penalty = sp.frequency_penalty();
+  if (sp.has_seed()) s.seed = sp.seed();
+  if (!std::isfinite(s.temperature) || s.temperature < 0) {
+    return Invalid(
+        absl::StrCat("temperature must be >= 0, got ", s.temperature));
+  }
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
+    return Invalid(absl::StrCat("top_p must be in (0, 1], got ", s.top_p));
+  }
+  if (s.top_k < 0)
+    return Invalid(absl::StrCat("top_k must be >= 0, got ", s.top_k));
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
+    return Invalid(absl::StrCat("min_p must be in [0, 1], got ", s.min_p));
+  }
+  if (!(s.repetition_penalty > 0.0f) || !std::isfinite(s.repetition_penalty)) {
+    return Invalid(absl::StrCat("repetition_penalty must be > 0, got ",
+                                s.repetition_penalty));
+  }
+  if (!std::isfinite(s.presence_penalty) ||
+      !std::isfinite(s.frequency_penalty)) {
+    return Invalid("presence_penalty and frequency_penalty must be finite");
+  }
+  if (request.has_top_logprobs()) {
+    if (request.top_logprobs() < 0 ||
+        request.top_logprobs() > limits.max_top_logprobs) {
+      return Invalid(absl::StrCat("top_logprobs must be in [0, ",
+                                  limits.max_top_logprobs, "], got ",
+                                  request.top_logprobs()));
+    }
+    s.top_logprobs = request.top_logprobs();
+  }
+  absl::Status valid = ValidateSamplingParams(s);
+  if (!valid.ok()) return Invalid(std::string(valid.message()));
+  out.skip_special_tokens =
+      request.has_skip_special_tokens() ? request.skip_special_tokens() : true;
+  return out;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,60 @@
+// Turns a public GenerateRequest into what the workers run: validates every
+// field (INVALID_ARGUMENT with a message naming the problem), tokenizes text
+// input, applies defaults and per-request limits. Also loads the model facts
+// the router validates against. Pure functions over immutable inputs:
+// thread-safe.
+#ifndef PDSERVE_ROUTER_REQUEST_BUILDER_H_
+#define PDSERVE_ROUTER_REQUEST_BUILDER_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/sampling/sampler.h"
+#include "common/tokenizer/tokenizer.h"
+#include "pdserve/v1/generate.pb.h"
+
+namespace pdserve {
+
+// What the router knows about the served model.
+struct RouterModelInfo {
+  std::string name;
+  int vocab_size = 0;
+  int max_context = 0;
+  std::vector<int32_t> eos_ids;
+  std::optional<int32_t> bos_id;
+};
+// From a model directory (config.json, generation_config.json) or
+// "synthetic:NAME".
+absl::StatusOr<RouterModelInfo> LoadRouterModelInfo(const std::string& model);
+
+// Per-request limits (flags with safe defaults).
+struct RequestLimits {
+  int default_max_tokens = 256;
+  int max_tokens_cap = 4096;
+  int max_prompt_tokens = 32768;
+  int max_stop_strings = 16;
+  int max_stop_string_bytes = 256;
+  int max_stop_token_ids = 64;
+  int max_top_logprobs = 20;
+  int max_request_bytes = 1 << 20;
+};
+
+struct ResolvedRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  StopParams stop;  // eos ids left empty: the workers use the model's
+  std::vector<std::string> stop_strings;
+  bool skip_special_tokens = true;
+};
+
+// `tokenizer` may be null (token-id input only).
+absl::StatusOr<ResolvedRequest> ResolveRequest(
+    const pdserve::v1::GenerateRequest& request, const Tokenizer* tokenizer,
+    const RouterModelInfo& model, const RequestLimits& limits);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_REQUEST_BUILDER_H_

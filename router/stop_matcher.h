@@ -1,0 +1,31 @@
+// StopStringMatcher: applies stop strings to a stream of text deltas. Text
+// that could still be the start of a stop string is held back; when a stop
+// string completes, the text before it is released and the rest dropped
+// (stop strings are trimmed from the output). One per request; not
+// thread-safe.
+#ifndef PDSERVE_ROUTER_STOP_MATCHER_H_
+#define PDSERVE_ROUTER_STOP_MATCHER_H_
+
+#include <string>
+#include <vector>
+
+namespace pdserve {
+
+class StopStringMatcher {
+ public:
+  explicit StopStringMatcher(std::vector<std::string> stops);
+  // Adds a delta; returns the text that is now safe to emit.
+  std::string Add(const std::string& delta);
+  // Releases what is held back (call when the stream ends without a stop).
+  std::string Flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_STOP_MATCHER_H_

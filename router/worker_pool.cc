@@ -1,0 +1,194 @@
+#include "router/worker_pool.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/util/logging.h"
+#include "common/util/net.h"
+
+namespace pdserve {
+namespace {
+
+std::shared_ptr<WorkerEndpoint> MakeEndpoint(
+    const std::string& address,
+    const std::shared_ptr<grpc::ChannelCredentials>& creds) {
+  auto ep = std::make_shared<WorkerEndpoint>();
+  ep->address = address;
+  ep->channel = MakeChannel(address, creds);
+  ep->prefill = pb::Prefill::NewStub(ep->channel);
+  ep->decode = pb::Decode::NewStub(ep->channel);
+  ep->worker = pb::Worker::NewStub(ep->channel);
+  return ep;
+}
+
+void PollEndpoint(WorkerEndpoint& ep) {
+  absl::Status health = CheckHealth(*ep.channel, absl::Milliseconds(1000));
+  pb::WorkerStatusResponse status;
+  if (health.ok()) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(
+        absl::ToChronoTime(absl::Now() + absl::Milliseconds(1000)));
+    health = FromGrpcStatus(
+        ep.worker->Status(&ctx, pb::WorkerStatusRequest(), &status));
+  }
+  if (health.ok() && status.draining()) {
+    health = absl::UnavailableError("draining");
+  }
+  absl::MutexLock lock(&ep.mu);
+  if (health.ok() != ep.healthy) {
+    PDSERVE_LOG_INFO(
+        "worker %s is now %s%s", ep.address,
+        health.ok() ? "healthy" : "unhealthy",
+        health.ok() ? "" : absl::StrCat(" (", health.message(), ")"));
+  }
+  ep.healthy = health.ok();
+  ep.last_error = health.ok() ? "" : std::string(health.message());
+  if (health.ok()) ep.status = std::move(status);
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(WorkerPoolOptions options)
+    : options_(std::move(options)) {
+  Resolve();
+  thread_ = std::thread([this] { Loop(); });
+}
+
+WorkerPool::~WorkerPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+void WorkerPool::Resolve() {
+  std::set<std::string> addresses;
+  bool any_dns_failed = false;
+  for (const std::string& t : options_.targets) {
+    if (absl::StartsWith(t, "dns:///")) {
+      auto hp = ParseHostPort(t.substr(7));
+      if (!hp.ok()) {
+        PDSERVE_LOG_WARNING("bad worker target %s: %s", t,
+                            hp.status().ToString());
+        continue;
+      }
+      auto ips = ResolveHost(hp->host);
+      if (!ips.ok()) {
+        any_dns_failed = true;
+        PDSERVE_LOG_WARNING("%s", ips.status().ToString());
+        continue;
+      }
+      for (const std::string& ip : *ips)
+        addresses.insert(JoinHostPort(ip, hp->port));
+    } else if (!t.empty()) {
+      addresses.insert(t);
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (const std::string& a : addresses) {
+    if (endpoints_.count(a) == 0)
+      endpoints_[a] = MakeEndpoint(a, options_.creds);
+  }
+  // A name that failed to resolve keeps its previous endpoints.
+  if (!any_dns_failed) {
+    for (auto it = endpoints_.begin(); it != endpoints_.end();) {
+      if (addresses.count(it->first) == 0) {
+        PDSERVE_LOG_INFO("worker %s left the pool", it->first);
+        it = endpoints_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  next_resolve_ = absl::Now() + options_.dns_refresh;
+}
+
+void WorkerPool::PollOnce() {
+  bool resolve;
+  {
+    absl::MutexLock lock(&mu_);
+    resolve = absl::Now() >= next_resolve_;
+  }
+  if (resolve) Resolve();
+  for (const auto& ep : Endpoints()) PollEndpoint(*ep);
+}
+
+void WorkerPool::Loop() {
+  while (true) {
+    PollOnce();
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), options_.poll_interval);
+    if (stop_) return;
+  }
+}
+
+std::vector<std::shared_ptr<WorkerEndpoint>> WorkerPool::Endpoints() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<WorkerEndpoint>> out;
+  for (const auto& [a, ep] : endpoints_) out.push_back(ep);
+  return out;
+}
+
+int WorkerPool::healthy_count() const {
+  int n = 0;
+  for (const auto& ep : Endpoints()) {
+    absl::MutexLock lock(&ep->mu);
+    n += ep->healthy ? 1 : 0;
+  }
+  return n;
+}
+
+void WorkerPool::ReportFailure(const std::string& address,
+                               const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  auto it = endpoints_.find(address);
+  if (it == endpoints_.end()) return;
+  absl::MutexLock elock(&it->second->mu);
+  it->second->healthy = false;
+  it->second->last_error = error;
+}
+
+absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(
+    const std::set<std::string>& exclude) const {
+  std::shared_ptr<WorkerEndpoint> best;
+  double best_score = std::numeric_limits<double>::infinity();
+  std::string errors;
+  for (const auto& ep : Endpoints()) {
+    if (exclude.count(ep->address) > 0) continue;
+    absl::MutexLock lock(&ep->mu);
+    if (!ep->healthy) {
+      absl::StrAppend(
+          &errors, errors.empty() ? "" : "; ", ep->address, ": ",
+          ep->last_error.empty() ? "not checked yet" : ep->last_error);
+      continue;
+    }
+    const int local = ep->in_flight.load();
+    double score;
+    if (options_.kind == PoolKind::kDecode) {
+      // Fewest sequences (polled + sent since), then most free KV.
+      const double total = std::max<int64_t>(1, ep->status.total_kv_blocks());
+      score = ep->status.running() + ep->status.waiting() + local -
+              ep->status.free_kv_blocks() / total;
+    } else {
+      score = ep->status.queue_depth() + local;
+    }
+    if (score < best_score) {
+      best_score = score;
+      best = ep;
+    }
+  }
+  if (best == nullptr) {
+    return absl::UnavailableError(absl::StrCat(
+        "no healthy ",
+        options_.kind == PoolKind::kDecode ? "decode" : "prefill", " worker",
+        errors.empty() ? "" : absl::StrCat(" (", errors, ")")));
+  }
+  return best;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,120 @@
+// Test harness for the multi-process integration tests: starts real
+// `pdserve prefill|decode|router` processes (fork/exec of the built binary,
+// PR_SET_PDEATHSIG) on loopback with ports chosen by the kernel, waits until
+// each router sees every worker healthy, and kills every process it started
+// when destroyed (also when a test fails). Not thread-safe except the
+// router stubs, which gRPC makes thread-safe.
+#ifndef PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
+#define PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/util/subprocess.h"
+#include "grpcpp/security/credentials.h"
+#include "pdserve/v1/generate.grpc.pb.h"
+#include "pdserve/v1/worker.grpc.pb.h"
+#include "tools/client/generate_client.h"
+
+namespace pdserve::testing {
+
+namespace v1 = ::pdserve::v1;
+namespace pb = ::pdserve::v1::internal;
+
+// Path of build/pdserve (compile definition).
+std::string PdserveBinary();
+
+// A fresh temporary directory, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+struct ProcessSpec {
+  std::string role;  // prefill | decode | router
+  std::vector<std::string> flags;
+};
+
+// One started role process and its port.
+struct RoleProcess {
+  std::string name;
+  Subprocess proc;
+  int port = 0;
+  std::string log_path;
+  std::string address() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+// Starts `spec` with --port=0 --port_file and waits for the port.
+absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
+                                                       const std::string& name,
+                                                       const std::string& dir);
+
+struct ClusterOptions {
+  int prefill = 1;
+  int decode = 1;
+  std::vector<std::string> modes = {"disaggregated"};  // one router per mode
+  std::vector<std::string> common_flags;               // every process
+  std::vector<std::string> prefill_flags;              // every prefill worker
+  std::vector<std::string> decode_flags;               // every decode worker
+  std::vector<std::string> router_flags;               // every router
+  // Credentials the harness uses for the routers' public port and for
+  // internal status calls (TLS tests); insecure by default.
+  std::shared_ptr<grpc::ChannelCredentials> router_creds;
+  std::shared_ptr<grpc::ChannelCredentials> internal_creds;
+};
+
+class Cluster {
+ public:
+  static absl::StatusOr<std::unique_ptr<Cluster>> Start(
+      const ClusterOptions& options);
+  ~Cluster();  // SIGKILLs and reaps whatever is still running
+
+  v1::Generation::Stub& router(int i = 0) { return *router_stubs_[i]; }
+  RoleProcess& router_process(int i = 0) { return *routers_[i]; }
+  RoleProcess& prefill(int i) { return *prefill_[i]; }
+  RoleProcess& decode(int i) { return *decode_[i]; }
+  int num_prefill() const { return static_cast<int>(prefill_.size()); }
+  int num_decode() const { return static_cast<int>(decode_.size()); }
+
+  absl::StatusOr<pb::WorkerStatusResponse> Status(const RoleProcess& worker);
+  // Waits until every live worker reports all KV blocks free and no pending
+  // leases; returns the last statuses on timeout as an error message.
+  absl::Status WaitForNoKvInUse(absl::Duration timeout);
+  // The last lines of every process's log (for failure messages).
+  std::string Logs() const;
+
+ private:
+  Cluster() = default;
+  ClusterOptions options_;
+  TempDir dir_;
+  std::vector<std::unique_ptr<RoleProcess>> prefill_, decode_, routers_;
+  std::vector<std::unique_ptr<v1::Generation::Stub>> router_stubs_;
+};
+
+// A prompt of models/stories260K/reference_greedy.jsonl.
+struct ReferenceCase {
+  std::string prompt;
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> output_ids;
+  int max_new_tokens = 0;
+};
+std::vector<ReferenceCase> LoadReferenceCases();
+
+// A request for token ids; greedy unless sampling is set afterwards.
+v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens);
+
+// Runs `pdserve complete` with `args` and returns its stdout.
+absl::StatusOr<std::string> RunPdserveCapture(
+    const std::vector<std::string>& args, absl::Duration timeout);
+
+}  // namespace pdserve::testing
+
+#endif  // PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_

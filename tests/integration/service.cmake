@@ -1,0 +1,17 @@
+# Multi-process integration tests of the disaggregated service: each binary
+# fork/execs build/pdserve roles on loopback (free ports) and kills them all.
+if(TARGET pdserve_client)
+  add_library(pdserve_cluster_harness STATIC
+    ${CMAKE_SOURCE_DIR}/tests/integration/cluster_harness.cc)
+  target_link_libraries(pdserve_cluster_harness PUBLIC pdserve_client
+    pdserve_grpc_util pdserve_proto pdserve_util nlohmann_json::nlohmann_json)
+  target_compile_definitions(pdserve_cluster_harness PRIVATE
+    PDSERVE_BINARY="$<TARGET_FILE:pdserve>")
+  add_dependencies(pdserve_cluster_harness pdserve)
+  foreach(name service_exactness service_failure service_input service_tls service_up)
+    pdserve_add_test(${name}_test
+      SOURCES ${CMAKE_SOURCE_DIR}/tests/integration/${name}_test.cc
+      LIBS pdserve_cluster_harness
+      LABELS integration)
+  endforeach()
+endif()

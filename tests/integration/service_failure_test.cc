@@ -1,0 +1,311 @@
+// Failure handling with real processes: a decode or prefill worker killed
+// with SIGKILL mid-request, a corrupted KV push, a push that stops halfway
+// (lease expiry) and KV from a different model.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/util/net.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+
+namespace pdserve::testing {
+namespace {
+
+// What one client stream saw.
+struct Outcome {
+  absl::Status status;
+  std::vector<int32_t> output_ids;
+  absl::Time end;
+};
+
+// Streams `req`, bumping `tokens_seen` per token received.
+Outcome StreamOnce(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                   std::atomic<int>* tokens_seen) {
+  Outcome o;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    for (const auto& t : msg.tokens()) {
+      o.output_ids.push_back(t.id());
+      if (tokens_seen != nullptr) tokens_seen->fetch_add(1);
+    }
+  }
+  o.status = FromGrpcStatus(reader->Finish());
+  o.end = absl::Now();
+  return o;
+}
+
+// Runs `n` concurrent streams; `during` is called once every stream has
+// received at least `min_tokens` tokens (or after `wait` when min_tokens < 0).
+std::vector<Outcome> RunConcurrently(v1::Generation::Stub& stub,
+                                     const v1::GenerateRequest& req, int n,
+                                     int min_tokens, absl::Duration wait,
+                                     const std::function<void()>& during) {
+  std::vector<Outcome> out(n);
+  std::vector<std::atomic<int>> seen(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] { out[i] = StreamOnce(stub, req, &seen[i]); });
+  }
+  if (min_tokens >= 0) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    for (int i = 0; i < n && absl::Now() < deadline; ++i) {
+      while (seen[i].load() < min_tokens && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+  } else {
+    absl::SleepFor(wait);
+  }
+  during();
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST(FailureTest, DecodeWorkerKilledMidStream) {
+  ClusterOptions o;
+  o.prefill = 1;
+  o.decode = 2;
+  o.decode_flags = {"--testonly_stream_delay_ms=30"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  const v1::GenerateRequest req =
+      IdsRequest(ref.prompt_ids, ref.max_new_tokens);
+  absl::Time killed;
+  auto outcomes =
+      RunConcurrently(c.router(), req, 6, 2, absl::ZeroDuration(), [&] {
+        killed = absl::Now();
+        c.decode(0).proc.Signal(SIGKILL);
+      });
+  int failed = 0, succeeded = 0;
+  for (const Outcome& out : outcomes) {
+    if (out.status.ok()) {
+      ++succeeded;
+      EXPECT_EQ(out.output_ids, ref.output_ids);
+    } else {
+      ++failed;
+      EXPECT_TRUE(absl::IsUnavailable(out.status)) << out.status;
+      EXPECT_TRUE(
+          absl::StrContains(out.status.message(), c.decode(0).address()))
+          << out.status;
+      EXPECT_LT(out.end - killed, absl::Seconds(2))
+          << "stream hung after the kill";
+      EXPECT_FALSE(out.output_ids.empty());
+    }
+  }
+  EXPECT_GT(failed, 0) << "no stream was on the killed worker";
+  EXPECT_GT(succeeded, 0) << "no stream was on the surviving worker";
+  // New requests are routed around the dead worker.
+  for (int i = 0; i < 4; ++i) {
+    auto r = RunGenerate(c.router(), IdsRequest(ref.prompt_ids, 10),
+                         absl::Seconds(30));
+    ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
+    EXPECT_EQ(r->output_ids, std::vector<int32_t>(ref.output_ids.begin(),
+                                                  ref.output_ids.begin() + 10));
+  }
+  {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(FailureTest, PrefillWorkerKilledMidPrefill) {
+  ClusterOptions o;
+  o.prefill = 2;
+  o.decode = 1;
+  o.prefill_flags = {"--testonly_prefill_delay_ms=800"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[1];
+  const v1::GenerateRequest req =
+      IdsRequest(ref.prompt_ids, ref.max_new_tokens);
+  absl::Time killed;
+  int in_prefill_on_p0 = 0;
+  auto outcomes =
+      RunConcurrently(c.router(), req, 4, -1, absl::Milliseconds(300), [&] {
+        auto st = c.Status(c.prefill(0));
+        ASSERT_TRUE(st.ok());
+        in_prefill_on_p0 = st->running();
+        killed = absl::Now();
+        c.prefill(0).proc.Signal(SIGKILL);
+      });
+  EXPECT_GT(in_prefill_on_p0, 0)
+      << "no request was prefilling on the killed worker";
+  for (const Outcome& out : outcomes) {
+    if (out.status.ok()) {
+      // Retried on the other prefill worker before any token was sent.
+      EXPECT_EQ(out.output_ids, ref.output_ids);
+    } else {
+      EXPECT_TRUE(absl::IsUnavailable(out.status)) << out.status;
+      EXPECT_FALSE(out.status.message().empty());
+      EXPECT_LT(out.end - killed, absl::Seconds(2));
+    }
+  }
+  auto r = RunGenerate(c.router(), req, absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
+  EXPECT_EQ(r->output_ids, ref.output_ids);
+  {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(FailureTest, CorruptedPushIsDataLossAndNoTokens) {
+  ClusterOptions o;
+  o.prefill_flags = {"--testonly_corrupt_kv_push=1"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  std::atomic<int> seen{0};
+  Outcome out = StreamOnce(c.router(), IdsRequest(ref.prompt_ids, 20), &seen);
+  EXPECT_TRUE(absl::IsDataLoss(out.status)) << out.status;
+  EXPECT_TRUE(absl::StrContains(out.status.message(), "checksum"))
+      << out.status;
+  EXPECT_EQ(seen.load(), 0) << "tokens were produced from corrupted KV";
+  auto d = c.Status(c.decode(0));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->checksum_failures(), 1);
+  {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(10));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(FailureTest, HalfPushIsFreedAtLeaseExpiry) {
+  ClusterOptions o;
+  o.prefill_flags = {"--testonly_stop_kv_push_after_chunks=2"};
+  o.decode_flags = {"--kv_lease_seconds=1"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  Outcome out;
+  std::thread client([&] {
+    out = StreamOnce(c.router(), IdsRequest(ref.prompt_ids, 20), nullptr);
+  });
+  // The decode worker holds blocks for the stalled push...
+  bool saw_reserved = false;
+  for (int i = 0; i < 200 && !saw_reserved; ++i) {
+    auto d = c.Status(c.decode(0));
+    ASSERT_TRUE(d.ok());
+    saw_reserved =
+        d->pending_leases() == 1 && d->free_kv_blocks() < d->total_kv_blocks();
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  client.join();
+  EXPECT_TRUE(saw_reserved);
+  EXPECT_TRUE(absl::IsUnavailable(out.status)) << out.status;
+  EXPECT_TRUE(out.output_ids.empty());
+  // ...and frees them when the lease expires.
+  {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(10));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  auto d = c.Status(c.decode(0));
+  ASSERT_TRUE(d.ok());
+  EXPECT_GE(d->lease_expiries(), 1);
+}
+
+TEST(FailureTest, KvFromADifferentModelIsRefused) {
+  ClusterOptions o;
+  // Same KV layout (f32), different weights dtype: a different fingerprint.
+  o.decode_flags = {"--dtype=bf16", "--kv_dtype=f32"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  auto p = c.Status(c.prefill(0));
+  auto d = c.Status(c.decode(0));
+  ASSERT_TRUE(p.ok() && d.ok());
+  ASSERT_NE(p->model_fingerprint(), d->model_fingerprint());
+  Outcome out = StreamOnce(
+      c.router(), IdsRequest(LoadReferenceCases()[0].prompt_ids, 10), nullptr);
+  EXPECT_TRUE(absl::IsFailedPrecondition(out.status)) << out.status;
+  EXPECT_TRUE(absl::StrContains(out.status.message(), "different model"))
+      << out.status;
+  EXPECT_TRUE(out.output_ids.empty());
+  {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(10));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(FailureTest, SigtermDrainsInFlightStreams) {
+  ClusterOptions o;
+  o.prefill = 1;
+  o.decode = 2;
+  o.decode_flags = {"--testonly_stream_delay_ms=20",
+                    "--drain_timeout_seconds=20"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  const v1::GenerateRequest req =
+      IdsRequest(ref.prompt_ids, ref.max_new_tokens);
+  auto outcomes = RunConcurrently(c.router(), req, 4, 2, absl::ZeroDuration(),
+                                  [&] { c.decode(0).proc.Signal(SIGTERM); });
+  for (const Outcome& out : outcomes) {
+    ASSERT_TRUE(out.status.ok()) << out.status << c.Logs();
+    EXPECT_EQ(out.output_ids, ref.output_ids);
+  }
+  auto st = c.decode(0).proc.Wait(absl::Seconds(20));
+  ASSERT_TRUE(st.ok()) << "drained worker did not exit";
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
+      << DescribeWaitStatus(*st);
+  auto r = RunGenerate(c.router(), req, absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->output_ids, ref.output_ids);
+}
+
+TEST(DiscoveryTest, DnsNamesAreResolvedAndUnhealthyEndpointsSkipped) {
+  TempDir dir;
+  auto p = StartRole({"prefill", {}}, "prefill", dir.path());
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto d = StartRole({"decode", {}}, "decode", dir.path());
+  ASSERT_TRUE(d.ok()) << d.status();
+  // "localhost" may also resolve to ::1, where nothing listens: that endpoint
+  // stays unhealthy and is routed around. A dead static entry as well.
+  auto dead_port = PickFreePort();
+  ASSERT_TRUE(dead_port.ok());
+  auto r = StartRole(
+      {"router",
+       {"--worker_poll_ms=100", "--dns_refresh_seconds=1",
+        absl::StrCat("--prefill_workers=dns:///localhost:", (*p)->port),
+        absl::StrCat("--decode_workers=dns:///localhost:", (*d)->port,
+                     ",127.0.0.1:", *dead_port)}},
+      "router", dir.path());
+  ASSERT_TRUE(r.ok()) << r.status();
+  auto stub = v1::Generation::NewStub(
+      MakeChannel((*r)->address(), grpc::InsecureChannelCredentials()));
+  const ReferenceCase ref = LoadReferenceCases()[1];
+  absl::StatusOr<GenerateResult> result = absl::UnavailableError("not run");
+  for (int i = 0; i < 100; ++i) {
+    result = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                         absl::Seconds(10));
+    if (result.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));  // first health checks pending
+  }
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output_ids, ref.output_ids);
+  for (int i = 0; i < 5; ++i) {
+    auto again =
+        RunGenerate(*stub, IdsRequest(ref.prompt_ids, 5), absl::Seconds(10));
+    EXPECT_TRUE(again.ok()) << again.status();
+  }
+}
+
+}  // namespace
+}  // namespace pdserve::testing

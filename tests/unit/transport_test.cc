@@ -1,0 +1,305 @@
+// Tests of the KV wire format (chunking, coverage, checksums, header checks)
+// and of the gRPC push transport over loopback with a recording sink.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/transport/grpc_kv_transport.h"
+#include "common/transport/kv_wire.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::transport {
+namespace {
+
+KvLayout TestLayout() {
+  KvLayout l;
+  l.num_layers = 3;
+  l.num_kv_heads = 2;
+  l.head_dim = 4;
+  l.block_size = 16;
+  l.dtype = DType::kF32;
+  return l;
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng() & 0xff);
+  return s;
+}
+
+pb::KvChunk MakeChunk(const KvLayout& l, int layer, int b, int e,
+                      uint32_t seed) {
+  pb::KvChunk c;
+  c.set_layer(layer);
+  c.set_token_begin(b);
+  c.set_token_end(e);
+  c.set_data(RandomBytes(l.BytesPerTokenPerLayer() * (e - b), seed));
+  SealChunk(&c);
+  return c;
+}
+
+TEST(KvWireTest, ChunkRangesCoverExactlyAndRespectTarget) {
+  auto ranges = ChunkTokenRanges(0, 100, 64, 640);  // 10 tokens per chunk
+  ASSERT_EQ(ranges.size(), 10u);
+  int next = 0;
+  for (auto [b, e] : ranges) {
+    EXPECT_EQ(b, next);
+    EXPECT_LE((e - b) * 64, 640);
+    next = e;
+  }
+  EXPECT_EQ(next, 100);
+  // A token bigger than the target still makes progress (1 per chunk).
+  EXPECT_EQ(ChunkTokenRanges(5, 8, 1000, 10).size(), 3u);
+  EXPECT_TRUE(ChunkTokenRanges(3, 3, 8, 8).empty());
+}
+
+TEST(KvWireTest, CoverageAcceptsInOrderAndCompletes) {
+  const KvLayout l = TestLayout();
+  EXPECT_EQ(l.BytesPerTokenPerLayer(), 2 * 2 * 4 * 4);
+  KvCoverage cov(l, 10);
+  EXPECT_EQ(cov.expected_bytes(), l.BytesPerTokenPerLayer() * 10 * 3);
+  for (int layer = 0; layer < 3; ++layer) {
+    EXPECT_FALSE(cov.complete());
+    ASSERT_TRUE(cov.Accept(MakeChunk(l, layer, 0, 4, layer)).ok());
+    ASSERT_TRUE(cov.Accept(MakeChunk(l, layer, 4, 10, layer + 7)).ok());
+  }
+  EXPECT_TRUE(cov.complete());
+  EXPECT_EQ(cov.bytes(), cov.expected_bytes());
+}
+
+TEST(KvWireTest, CoverageRejectsBadChunks) {
+  const KvLayout l = TestLayout();
+  KvCoverage cov(l, 10);
+  // Gap.
+  EXPECT_TRUE(absl::IsInvalidArgument(cov.Accept(MakeChunk(l, 0, 2, 4, 1))));
+  // Bad layer.
+  EXPECT_TRUE(absl::IsInvalidArgument(cov.Accept(MakeChunk(l, 3, 0, 4, 1))));
+  // Beyond the token count.
+  EXPECT_TRUE(absl::IsInvalidArgument(cov.Accept(MakeChunk(l, 0, 0, 11, 1))));
+  // Wrong size.
+  pb::KvChunk short_chunk = MakeChunk(l, 0, 0, 4, 1);
+  short_chunk.mutable_data()->pop_back();
+  SealChunk(&short_chunk);
+  EXPECT_TRUE(absl::IsInvalidArgument(cov.Accept(short_chunk)));
+  // One flipped byte: DATA_LOSS, and the chunk is not recorded.
+  pb::KvChunk corrupt = MakeChunk(l, 0, 0, 4, 1);
+  (*corrupt.mutable_data())[5] ^= 1;
+  EXPECT_TRUE(absl::IsDataLoss(cov.Accept(corrupt)));
+  EXPECT_EQ(cov.bytes(), 0);
+  EXPECT_TRUE(cov.Accept(MakeChunk(l, 0, 0, 4, 1)).ok());
+}
+
+TEST(KvWireTest, ChecksumIsXxh3OfTheBytes) {
+  EXPECT_EQ(KvChecksum(""), 0x2D06800538D394C2ull);  // XXH3_64bits("")
+  EXPECT_NE(KvChecksum("a"), KvChecksum("b"));
+}
+
+TEST(KvWireTest, HeaderChecks) {
+  const KvLayout l = TestLayout();
+  pb::KvHeader h;
+  h.set_request_id("r1");
+  h.set_model_fingerprint("abc");
+  *h.mutable_layout() = LayoutToProto(l);
+  h.set_num_tokens(5);
+  EXPECT_TRUE(CheckHeaderCompatible(h, "abc", l).ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckHeaderCompatible(h, "xyz", l)));
+  KvLayout other = l;
+  other.num_kv_heads = 8;
+  EXPECT_TRUE(
+      absl::IsFailedPrecondition(CheckHeaderCompatible(h, "abc", other)));
+  h.mutable_layout()->set_dtype("int3");
+  EXPECT_TRUE(absl::IsInvalidArgument(CheckHeaderCompatible(h, "abc", l)));
+  auto round = LayoutFromProto(LayoutToProto(l));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->num_layers, 3);
+  EXPECT_EQ(round->dtype, DType::kF32);
+}
+
+TEST(GrpcUtilTest, StatusMappingKeepsCodeAndMessage) {
+  absl::Status s = absl::DataLossError("bad chunk");
+  grpc::Status g = ToGrpcStatus(s);
+  EXPECT_EQ(g.error_code(), grpc::StatusCode::DATA_LOSS);
+  EXPECT_EQ(g.error_message(), "bad chunk");
+  EXPECT_EQ(FromGrpcStatus(g), s);
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+  EXPECT_EQ(GrpcCodeName(grpc::StatusCode::UNAVAILABLE), "UNAVAILABLE");
+}
+
+// Records what a push delivered.
+class RecordingFactory : public KvSinkFactory {
+ public:
+  struct Record {
+    std::vector<pb::KvChunk> chunks;
+    bool committed = false;
+    absl::Status aborted;
+    int32_t first_token = -1;
+  };
+  class Sink : public KvSink {
+   public:
+    Sink(RecordingFactory* f, std::string id) : f_(f), id_(std::move(id)) {}
+    absl::Status OnChunk(const pb::KvChunk& chunk) override {
+      absl::MutexLock lock(&f_->mu_);
+      f_->records_[id_].chunks.push_back(chunk);
+      return absl::OkStatus();
+    }
+    absl::Status OnCommit(const pb::KvCommit& commit, double) override {
+      absl::MutexLock lock(&f_->mu_);
+      f_->records_[id_].committed = true;
+      f_->records_[id_].first_token = commit.first_token().id();
+      return absl::OkStatus();
+    }
+    void OnAbort(const absl::Status& status) override {
+      absl::MutexLock lock(&f_->mu_);
+      f_->records_[id_].aborted = status;
+    }
+
+   private:
+    RecordingFactory* f_;
+    std::string id_;
+  };
+
+  absl::StatusOr<std::unique_ptr<KvSink>> Begin(
+      const pb::KvHeader& header, std::function<void()> cancel) override {
+    if (refuse_) return absl::ResourceExhaustedError("no room");
+    return std::make_unique<Sink>(this, header.request_id());
+  }
+  const std::string& fingerprint() const override { return fingerprint_; }
+  KvLayout layout() const override { return TestLayout(); }
+
+  Record Get(const std::string& id) {
+    absl::MutexLock lock(&mu_);
+    return records_[id];
+  }
+
+  bool refuse_ = false;
+
+ private:
+  std::string fingerprint_ = "model-a";
+  absl::Mutex mu_;
+  std::map<std::string, Record> records_ ABSL_GUARDED_BY(mu_);
+};
+
+class GrpcTransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    service_ = std::make_unique<KvTransferService>(&factory_);
+    ServerOptions opts;
+    opts.address = "127.0.0.1:0";
+    opts.services = {service_.get()};
+    auto started = StartServer(opts);
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(started->server);
+    target_ = "127.0.0.1:" + std::to_string(started->port);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  pb::KvHeader Header(const std::string& id, int tokens,
+                      const std::string& fp = "model-a") {
+    pb::KvHeader h;
+    h.set_request_id(id);
+    h.set_model_fingerprint(fp);
+    *h.mutable_layout() = LayoutToProto(TestLayout());
+    h.set_num_tokens(tokens);
+    return h;
+  }
+
+  // Pushes all layers of `tokens` tokens in two chunks per layer.
+  absl::StatusOr<KvPushResult> PushAll(KvSender& sender, const std::string& id,
+                                       int tokens,
+                                       std::vector<pb::KvChunk>* sent,
+                                       const std::string& fp = "model-a") {
+    auto stream = sender.Open(target_, Header(id, tokens, fp),
+                              absl::Now() + absl::Seconds(10));
+    if (!stream.ok()) return stream.status();
+    const KvLayout l = TestLayout();
+    uint32_t seed = 1;
+    for (int layer = 0; layer < l.num_layers; ++layer) {
+      for (auto [b, e] : ChunkTokenRanges(0, tokens, l.BytesPerTokenPerLayer(),
+                                          l.BytesPerTokenPerLayer() * 4)) {
+        pb::KvChunk c = MakeChunk(l, layer, b, e, seed++);
+        if (sent != nullptr) sent->push_back(c);
+        absl::Status s = (*stream)->Send(std::move(c));
+        if (!s.ok()) return s;
+      }
+    }
+    pb::KvCommit commit;
+    commit.mutable_first_token()->set_id(42);
+    return (*stream)->Commit(commit);
+  }
+
+  RecordingFactory factory_;
+  std::unique_ptr<KvTransferService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string target_;
+};
+
+TEST_F(GrpcTransportTest, PushDeliversEveryByte) {
+  GrpcKvSender sender(grpc::InsecureChannelCredentials());
+  std::vector<pb::KvChunk> sent;
+  auto result = PushAll(sender, "ok", 10, &sent);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const int64_t expected = TestLayout().BytesPerTokenPerLayer() * 10 * 3;
+  EXPECT_EQ(result->bytes, expected);
+  auto rec = factory_.Get("ok");
+  EXPECT_TRUE(rec.committed);
+  EXPECT_EQ(rec.first_token, 42);
+  ASSERT_EQ(rec.chunks.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(rec.chunks[i].data(), sent[i].data());
+    EXPECT_EQ(rec.chunks[i].layer(), sent[i].layer());
+  }
+  EXPECT_EQ(service_->counters().bytes.load(), expected);
+}
+
+TEST_F(GrpcTransportTest, CorruptedChunkIsDataLoss) {
+  KvFaultInjection faults;
+  faults.corrupt_chunk = 2;
+  GrpcKvSender sender(grpc::InsecureChannelCredentials(), faults);
+  auto result = PushAll(sender, "bad", 10, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
+  auto rec = factory_.Get("bad");
+  EXPECT_FALSE(rec.committed);
+  EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
+  EXPECT_EQ(rec.chunks.size(), 2u);  // the two good chunks before it
+  EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
+}
+
+TEST_F(GrpcTransportTest, OtherModelIsRefused) {
+  GrpcKvSender sender(grpc::InsecureChannelCredentials());
+  auto result = PushAll(sender, "other", 4, nullptr, "model-b");
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+  EXPECT_TRUE(factory_.Get("other").chunks.empty());
+}
+
+TEST_F(GrpcTransportTest, FullReceiverIsResourceExhausted) {
+  factory_.refuse_ = true;
+  GrpcKvSender sender(grpc::InsecureChannelCredentials());
+  auto result = PushAll(sender, "full", 4, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(result.status())) << result.status();
+}
+
+TEST_F(GrpcTransportTest, CancelledPushAbortsTheSink) {
+  GrpcKvSender sender(grpc::InsecureChannelCredentials());
+  auto stream = sender.Open(target_, Header("cancel", 8),
+                            absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(stream.ok());
+  ASSERT_TRUE((*stream)->Send(MakeChunk(TestLayout(), 0, 0, 8, 3)).ok());
+  (*stream)->Cancel();
+  pb::KvCommit commit;
+  EXPECT_FALSE((*stream)->Commit(commit).ok());
+  // The receiver sees the broken stream and aborts the sink.
+  for (int i = 0; i < 200 && factory_.Get("cancel").aborted.ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_FALSE(factory_.Get("cancel").aborted.ok());
+  EXPECT_FALSE(factory_.Get("cancel").committed);
+}
+
+}  // namespace
+}  // namespace pdserve::transport

@@ -1,0 +1,62 @@
+// `pdserve decode`: one decode worker.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/util/logging.h"
+#include "common/util/signals.h"
+#include "decode_worker/decode_worker.h"
+#include "tools/common_flags.h"
+#include "tools/service_cmds/service_common.h"
+#include "tools/subcommand.h"
+
+ABSL_FLAG(
+    double, kv_lease_seconds, 5.0,
+    "decode: KV of a push that stalls, or that no router claims, is freed "
+    "after this long");
+
+ABSL_FLAG(
+    int32_t, testonly_stream_delay_ms, 0,
+    "TEST ONLY: stream one token per message, this many ms apart (0 = off)");
+
+namespace pdserve {
+namespace {
+
+int RunDecode(const std::vector<std::string>&) {
+  BlockTerminationSignals();
+  SetLogRole("decode");
+  auto metrics_server = StartMetricsFromFlags();
+  if (!metrics_server.ok()) return FailWith("decode", metrics_server.status());
+  auto engine = ServiceEngineOptionsFromFlags();
+  if (!engine.ok()) return FailWith("decode", engine.status());
+  DecodeWorkerOptions options;
+  options.engine = *engine;
+  options.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));
+  options.testonly_stream_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testonly_stream_delay_ms));
+  auto worker = DecodeWorker::Create(options);
+  if (!worker.ok()) return FailWith("decode", worker.status());
+  auto creds = InternalServerCredentials();
+  if (!creds.ok()) return FailWith("decode", creds.status());
+  ServerOptions so;
+  so.address = ListenAddress(50053);
+  so.creds = *creds;
+  so.services = (*worker)->services();
+  auto server = StartServer(so);
+  if (!server.ok()) return FailWith("decode", server.status());
+  DecodeWorker* w = worker->get();
+  int rc = ServeUntilTerminated(
+      *server->server, server->port, "decode",
+      {[w] { w->StartDraining(); }, [w] { return w->active_streams(); }});
+  server->server.reset();
+  worker->reset();
+  return rc;
+}
+
+PDSERVE_SUBCOMMAND("decode", "run a decode worker (gRPC)",
+                   "pdserve decode [--port=50053] [--model=DIR] "
+                   "[--kv_cache_memory=256MiB] [--kv_lease_seconds=5]",
+                   RunDecode);
+
+}  // namespace
+}  // namespace pdserve

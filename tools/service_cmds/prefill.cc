@@ -1,0 +1,80 @@
+// `pdserve prefill`: one prefill worker.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "common/transport/grpc_kv_transport.h"
+#include "common/util/logging.h"
+#include "common/util/signals.h"
+#include "prefill_worker/prefill_worker.h"
+#include "tools/common_flags.h"
+#include "tools/service_cmds/service_common.h"
+#include "tools/subcommand.h"
+
+ABSL_FLAG(
+    int32_t, max_prefill_tokens, 2048,
+    "prefill: tokens per forward pass (prompts batched up to this; longer "
+    "prompts are chunked)");
+ABSL_FLAG(
+    int32_t, testonly_corrupt_kv_push, -1,
+    "TEST ONLY fault injection: flip a byte of this KV chunk (0-based) of "
+    "every push after its checksum (-1 = off)");
+ABSL_FLAG(int32_t, testonly_stop_kv_push_after_chunks, -1,
+          "TEST ONLY fault injection: send this many KV chunks of every push, "
+          "then stall without committing (-1 = off)");
+ABSL_FLAG(int32_t, testonly_prefill_delay_ms, 0,
+          "TEST ONLY: sleep this many ms before each prefill batch (0 = off)");
+
+namespace pdserve {
+namespace {
+
+int RunPrefill(const std::vector<std::string>&) {
+  BlockTerminationSignals();
+  SetLogRole("prefill");
+  auto metrics_server = StartMetricsFromFlags();
+  if (!metrics_server.ok()) return FailWith("prefill", metrics_server.status());
+  auto engine = ServiceEngineOptionsFromFlags();
+  if (!engine.ok()) return FailWith("prefill", engine.status());
+  PrefillWorkerOptions options;
+  options.engine = *engine;
+  options.engine.max_batch_tokens = std::max(
+      options.engine.max_batch_tokens, absl::GetFlag(FLAGS_max_prefill_tokens));
+  options.max_batch_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  options.testonly_prefill_delay =
+      absl::Milliseconds(absl::GetFlag(FLAGS_testonly_prefill_delay_ms));
+  auto channel_creds = InternalChannelCredentials();
+  if (!channel_creds.ok()) return FailWith("prefill", channel_creds.status());
+  transport::KvFaultInjection faults;
+  faults.corrupt_chunk = absl::GetFlag(FLAGS_testonly_corrupt_kv_push);
+  faults.stop_after_chunks =
+      absl::GetFlag(FLAGS_testonly_stop_kv_push_after_chunks);
+  if (faults.corrupt_chunk >= 0 || faults.stop_after_chunks >= 0) {
+    PDSERVE_LOG_WARNING("TEST-ONLY KV push fault injection is ON");
+  }
+  transport::GrpcKvSender sender(*channel_creds, faults);
+  auto worker = PrefillWorker::Create(options, &sender);
+  if (!worker.ok()) return FailWith("prefill", worker.status());
+  auto creds = InternalServerCredentials();
+  if (!creds.ok()) return FailWith("prefill", creds.status());
+  ServerOptions so;
+  so.address = ListenAddress(50052);
+  so.creds = *creds;
+  so.services = (*worker)->services();
+  auto server = StartServer(so);
+  if (!server.ok()) return FailWith("prefill", server.status());
+  PrefillWorker* w = worker->get();
+  int rc = ServeUntilTerminated(
+      *server->server, server->port, "prefill",
+      {[w] { w->StartDraining(); }, [w] { return w->active_work(); }});
+  server->server.reset();
+  worker->reset();
+  return rc;
+}
+
+PDSERVE_SUBCOMMAND(
+    "prefill", "run a prefill worker (gRPC)",
+    "pdserve prefill [--port=50052] [--model=DIR] [--internal_ca=... "
+    "--internal_cert=... --internal_key=...]",
+    RunPrefill);
+
+}  // namespace
+}  // namespace pdserve

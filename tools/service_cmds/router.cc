@@ -1,0 +1,126 @@
+// `pdserve router`: the public Generation service in front of the workers.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_split.h"
+#include "common/util/logging.h"
+#include "common/util/signals.h"
+#include "router/generation_service.h"
+#include "router/worker_pool.h"
+#include "tools/common_flags.h"
+#include "tools/service_cmds/service_common.h"
+#include "tools/subcommand.h"
+
+ABSL_FLAG(
+    std::vector<std::string>, prefill_workers, {},
+    "router: prefill workers, host:port or dns:///name:port (re-resolved)");
+ABSL_FLAG(
+    std::vector<std::string>, decode_workers, {},
+    "router: decode workers, host:port or dns:///name:port (re-resolved)");
+ABSL_FLAG(int32_t, auto_prefill_threshold, 32,
+          "router --mode=auto: prompts shorter than this many tokens are "
+          "prefilled on the decode worker");
+ABSL_FLAG(int32_t, max_attempts, 3,
+          "router: tries per request on UNAVAILABLE/RESOURCE_EXHAUSTED before "
+          "any token was sent");
+ABSL_FLAG(int32_t, default_max_tokens, 256, "router: max_tokens when unset");
+ABSL_FLAG(int32_t, max_tokens_cap, 4096, "router: largest max_tokens accepted");
+ABSL_FLAG(int32_t, max_prompt_tokens, 32768, "router: longest prompt accepted");
+ABSL_FLAG(int32_t, max_stop_strings, 16,
+          "router: most stop strings per request");
+ABSL_FLAG(int32_t, max_request_bytes, 1 << 20,
+          "router: largest serialized request accepted");
+ABSL_FLAG(int32_t, worker_poll_ms, 200,
+          "router: health check + status poll interval per worker");
+ABSL_FLAG(int32_t, dns_refresh_seconds, 5,
+          "router: re-resolve dns:/// workers");
+
+namespace pdserve {
+namespace {
+
+int RunRouter(const std::vector<std::string>&) {
+  BlockTerminationSignals();
+  SetLogRole("router");
+  auto metrics_server = StartMetricsFromFlags();
+  if (!metrics_server.ok()) return FailWith("router", metrics_server.status());
+  RouterOptions options;
+  auto mode = ParseRouterMode(absl::GetFlag(FLAGS_mode));
+  if (!mode.ok()) return FailWith("router", mode.status());
+  options.mode = *mode;
+  options.auto_prefill_threshold = absl::GetFlag(FLAGS_auto_prefill_threshold);
+  options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
+  options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  options.limits.max_tokens_cap = absl::GetFlag(FLAGS_max_tokens_cap);
+  options.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  options.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  options.limits.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  auto model = LoadRouterModelInfo(model_path);
+  if (!model.ok()) return FailWith("router", model.status());
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tok_path.empty() && model_path.rfind("synthetic:", 0) != 0)
+    tok_path = model_path;
+  if (!tok_path.empty()) {
+    auto tok = Tokenizer::Load(tok_path);
+    if (!tok.ok()) return FailWith("router", tok.status());
+    tokenizer = *std::move(tok);
+  } else {
+    PDSERVE_LOG_WARNING("no tokenizer: only token-id prompts are accepted");
+  }
+  if (options.mode != RouterMode::kColocated &&
+      absl::GetFlag(FLAGS_prefill_workers).empty()) {
+    return FailWith(
+        "router", absl::InvalidArgumentError(
+                      "--prefill_workers is required unless --mode=colocated"));
+  }
+  if (absl::GetFlag(FLAGS_decode_workers).empty()) {
+    return FailWith("router",
+                    absl::InvalidArgumentError("--decode_workers is required"));
+  }
+  auto channel_creds = InternalChannelCredentials();
+  if (!channel_creds.ok()) return FailWith("router", channel_creds.status());
+  WorkerPoolOptions popts;
+  popts.creds = *channel_creds;
+  popts.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_worker_poll_ms));
+  popts.dns_refresh = absl::Seconds(absl::GetFlag(FLAGS_dns_refresh_seconds));
+  popts.kind = PoolKind::kPrefill;
+  popts.targets = absl::GetFlag(FLAGS_prefill_workers);
+  WorkerPool prefill(popts);
+  popts.kind = PoolKind::kDecode;
+  popts.targets = absl::GetFlag(FLAGS_decode_workers);
+  WorkerPool decode(popts);
+  GenerationService service(options, *model, std::move(tokenizer), &prefill,
+                            &decode);
+
+  TlsFiles public_tls;
+  public_tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  public_tls.key = absl::GetFlag(FLAGS_tls_key);
+  auto creds = MakeServerCredentials(public_tls, /*require_client_cert=*/false);
+  if (!creds.ok()) return FailWith("router", creds.status());
+  ServerOptions so;
+  so.address = ListenAddress(50051);
+  so.creds = *creds;
+  // Requests up to 4x the limit reach validation (a clear INVALID_ARGUMENT);
+  // larger ones are refused by gRPC itself (RESOURCE_EXHAUSTED).
+  so.max_receive_bytes = 4 * options.limits.max_request_bytes + 4096;
+  so.reflection = true;
+  so.services = {&service};
+  auto server = StartServer(so);
+  if (!server.ok()) return FailWith("router", server.status());
+  GenerationService* s = &service;
+  return ServeUntilTerminated(
+      *server->server, server->port, "router",
+      {[s] { s->StartDraining(); }, [s] { return s->in_flight(); }});
+}
+
+PDSERVE_SUBCOMMAND(
+    "router", "run the router (public Generation API, gRPC)",
+    "pdserve router --prefill_workers=h:p,... --decode_workers=h:p,... "
+    "[--port=50051] [--mode=disaggregated|colocated|auto] [--tls_cert "
+    "--tls_key]",
+    RunRouter);
+
+}  // namespace
+}  // namespace pdserve

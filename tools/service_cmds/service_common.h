@@ -1,0 +1,72 @@
+// Flags and helpers shared by the service subcommands (router, prefill,
+// decode, up, generate): listening address, port files, drain on SIGTERM,
+// internal (m)TLS, engine options from the engine flags. Only built with gRPC.
+#ifndef PDSERVE_TOOLS_SERVICE_CMDS_SERVICE_COMMON_H_
+#define PDSERVE_TOOLS_SERVICE_CMDS_SERVICE_COMMON_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
+#include "common/engine/engine.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/metrics/metrics_server.h"
+#include "pdserve/v1/generate.pb.h"
+
+ABSL_DECLARE_FLAG(std::string, host);
+ABSL_DECLARE_FLAG(int32_t, port);
+ABSL_DECLARE_FLAG(std::string, port_file);
+ABSL_DECLARE_FLAG(int32_t, drain_timeout_seconds);
+ABSL_DECLARE_FLAG(std::string, internal_ca);
+ABSL_DECLARE_FLAG(std::string, internal_cert);
+ABSL_DECLARE_FLAG(std::string, internal_key);
+ABSL_DECLARE_FLAG(std::string, tls_cert);
+ABSL_DECLARE_FLAG(std::string, tls_key);
+ABSL_DECLARE_FLAG(std::string, mode);
+ABSL_DECLARE_FLAG(int32_t, metrics_port);
+
+namespace pdserve {
+
+// --internal_ca/--internal_cert/--internal_key.
+TlsFiles InternalTlsFromFlags();
+// Server credentials of a worker's internal port (mTLS when --internal_ca).
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
+InternalServerCredentials();
+// Channel credentials for internal calls (router -> workers, P -> D).
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+InternalChannelCredentials();
+
+// --model, --dtype, --kv_dtype, --kv_cache_memory, --block_size, --threads.
+absl::StatusOr<EngineOptions> ServiceEngineOptionsFromFlags();
+
+// --host:--port (or `default_port` when --port is -1).
+std::string ListenAddress(int default_port);
+
+struct DrainHooks {
+  std::function<void()> start_draining;  // stop accepting new work
+  std::function<int()> active;           // work still in flight
+};
+// Announces the bound port (stdout line + --port_file), serves until SIGINT
+// or SIGTERM, then drains: health NOT_SERVING, start_draining(), waits up to
+// --drain_timeout_seconds for active() == 0, shuts the server down. Returns
+// the exit code. Call BlockTerminationSignals() before starting threads.
+int ServeUntilTerminated(grpc::Server& server, int port,
+                         const std::string& role, const DrainHooks& hooks);
+
+// The request the sampling/stopping flags describe, for a text prompt or ids.
+absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromFlags(
+    const std::string& prompt, const std::vector<std::string>& prompt_ids);
+
+// The process's Prometheus registry, served on --metrics_port (0: not
+// served). The metric bundles of common/metrics register into it.
+absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsFromFlags();
+
+// "CODE: message" on stderr, exit code 1.
+int FailWith(const std::string& role, const absl::Status& status);
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_TOOLS_SERVICE_CMDS_SERVICE_COMMON_H_

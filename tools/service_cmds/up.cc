@@ -1,0 +1,323 @@
+// `pdserve up`: a whole local cluster (router + N prefill + M decode workers)
+// as real child processes on loopback. Children die with `up` (even on
+// SIGKILL: PR_SET_PDEATHSIG); SIGINT/SIGTERM drains and stops them all.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/util/logging.h"
+#include "common/util/signals.h"
+#include "common/util/subprocess.h"
+#include "tools/client/generate_client.h"
+#include "tools/common_flags.h"
+#include "tools/service_cmds/service_common.h"
+#include "tools/subcommand.h"
+
+ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
+ABSL_FLAG(std::string, demo_prompt, "",
+          "up: start the cluster, stream one answer to this prompt, stop");
+ABSL_FLAG(int32_t, startup_timeout_seconds, 120,
+          "up: how long the cluster may take to become healthy");
+ABSL_FLAG(std::string, prefill_args, "",
+          "up: extra flags for every prefill worker (space-separated)");
+ABSL_FLAG(std::string, decode_args, "",
+          "up: extra flags for every decode worker (space-separated)");
+ABSL_FLAG(std::string, router_args, "",
+          "up: extra flags for the router (space-separated)");
+
+namespace pdserve {
+namespace {
+
+namespace v1 = ::pdserve::v1;
+
+struct Child {
+  std::string name;  // "prefill[0]"
+  std::string port_file;
+  int port = 0;
+  Subprocess proc;
+};
+
+std::vector<std::string> SplitArgs(const std::string& s) {
+  return absl::StrSplit(s, ' ', absl::SkipEmpty());
+}
+
+// Flags every child shares with `up`.
+std::vector<std::string> CommonChildFlags(int threads) {
+  std::vector<std::string> f = {
+      absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
+      absl::StrCat("--tokenizer=", absl::GetFlag(FLAGS_tokenizer)),
+      absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)),
+      absl::StrCat("--kv_dtype=", absl::GetFlag(FLAGS_kv_dtype)),
+      absl::StrCat("--kv_cache_memory=", absl::GetFlag(FLAGS_kv_cache_memory)),
+      absl::StrCat("--block_size=", absl::GetFlag(FLAGS_block_size)),
+      absl::StrCat("--threads=", threads),
+      absl::StrCat("--max_num_seqs=", absl::GetFlag(FLAGS_max_num_seqs)),
+      absl::StrCat("--drain_timeout_seconds=",
+                   absl::GetFlag(FLAGS_drain_timeout_seconds)),
+      "--host=127.0.0.1",
+  };
+  for (const auto& [flag, value] :
+       {std::pair{"internal_ca", absl::GetFlag(FLAGS_internal_ca)},
+        std::pair{"internal_cert", absl::GetFlag(FLAGS_internal_cert)},
+        std::pair{"internal_key", absl::GetFlag(FLAGS_internal_key)}}) {
+    if (!value.empty()) f.push_back(absl::StrCat("--", flag, "=", value));
+  }
+  return f;
+}
+
+absl::Status StartChild(const std::string& self, const std::string& role,
+                        std::vector<std::string> flags, const std::string& dir,
+                        Child* child) {
+  child->port_file = absl::StrCat(dir, "/", child->name, ".port");
+  std::vector<std::string> argv = {self, role};
+  for (auto& f : flags) argv.push_back(std::move(f));
+  argv.push_back(absl::StrCat("--port_file=", child->port_file));
+  SubprocessOptions so;  // the child's output goes to its log file
+  so.stdout_path = absl::StrCat(dir, "/", child->name, ".log");
+  so.stderr_path = so.stdout_path;
+  auto proc = Subprocess::Start(argv, so);
+  if (!proc.ok()) return proc.status();
+  child->proc = *std::move(proc);
+  return absl::OkStatus();
+}
+
+absl::Status WaitForPort(Child& child, absl::Time deadline) {
+  while (absl::Now() < deadline) {
+    std::ifstream in(child.port_file);
+    std::string text;
+    if (in && std::getline(in, text) && absl::SimpleAtoi(text, &child.port) &&
+        child.port > 0) {
+      return absl::OkStatus();
+    }
+    if (auto status = child.proc.Poll(); status.has_value()) {
+      return absl::UnavailableError(absl::StrCat(
+          child.name, " ", DescribeWaitStatus(*status), " while starting"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat(child.name, " did not start in time"));
+}
+
+// Stops the router first (it drains its streams), then the workers.
+void StopAll(std::vector<Child>& children) {
+  const absl::Duration grace =
+      absl::Seconds(absl::GetFlag(FLAGS_drain_timeout_seconds) + 2);
+  for (auto it = children.rbegin(); it != children.rend(); ++it) {
+    if (it->proc.running()) it->proc.Stop(grace);
+  }
+}
+
+int RunUp(const std::vector<std::string>&) {
+  BlockTerminationSignals();
+  SetLogRole("up");
+  const int num_p = absl::GetFlag(FLAGS_prefill);
+  // --decode is shared with `tokenize` (a list flag): one number here.
+  int num_d = 1;
+  const std::vector<std::string> decode_flag = absl::GetFlag(FLAGS_decode);
+  if (decode_flag.size() > 1 ||
+      (decode_flag.size() == 1 && !absl::SimpleAtoi(decode_flag[0], &num_d))) {
+    return FailWith("up",
+                    absl::InvalidArgumentError("--decode takes one number"));
+  }
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (num_d < 1 || num_p < 0 || (num_p == 0 && mode != "colocated")) {
+    return FailWith(
+        "up",
+        absl::InvalidArgumentError(
+            "need --decode >= 1 and --prefill >= 1 (or --mode=colocated)"));
+  }
+  char dir_template[] = "/tmp/pdserve-up-XXXXXX";
+  if (mkdtemp(dir_template) == nullptr) {
+    return FailWith("up", absl::InternalError("mkdtemp failed"));
+  }
+  const std::string dir = dir_template;
+  const std::string self = SelfExecutablePath();
+  int threads = absl::GetFlag(FLAGS_threads);
+  if (threads == 0) {
+    const int cores = static_cast<int>(std::thread::hardware_concurrency());
+    threads = std::max(1, cores / std::max(1, num_p + num_d));
+  }
+  const absl::Time deadline =
+      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_seconds));
+  std::vector<Child> children;
+  children.reserve(num_p + num_d + 1);
+  auto fail = [&](const absl::Status& s) {
+    StopAll(children);
+    std::fprintf(stderr, "pdserve up: logs in %s/\n", dir.c_str());
+    return FailWith("up", s);
+  };
+  for (int i = 0; i < num_p + num_d; ++i) {
+    const bool is_p = i < num_p;
+    Child c;
+    c.name =
+        is_p ? absl::StrCat("prefill", i) : absl::StrCat("decode", i - num_p);
+    auto flags = CommonChildFlags(threads);
+    flags.push_back("--port=0");
+    for (auto& a : SplitArgs(
+             absl::GetFlag(is_p ? FLAGS_prefill_args : FLAGS_decode_args))) {
+      flags.push_back(std::move(a));
+    }
+    absl::Status s = StartChild(self, is_p ? "prefill" : "decode",
+                                std::move(flags), dir, &c);
+    children.push_back(std::move(c));
+    if (!s.ok()) return fail(s);
+  }
+  std::vector<std::string> p_targets, d_targets;
+  for (Child& c : children) {
+    absl::Status s = WaitForPort(c, deadline);
+    if (!s.ok()) return fail(s);
+    (absl::StartsWith(c.name, "prefill") ? p_targets : d_targets)
+        .push_back(absl::StrCat("127.0.0.1:", c.port));
+  }
+  {
+    Child r;
+    r.name = "router";
+    auto flags = CommonChildFlags(threads);
+    const int port = absl::GetFlag(FLAGS_port);
+    flags.push_back(absl::StrCat("--port=", port < 0 ? 50051 : port));
+    flags.push_back(absl::StrCat("--mode=", mode));
+    if (!p_targets.empty()) {
+      flags.push_back(
+          absl::StrCat("--prefill_workers=", absl::StrJoin(p_targets, ",")));
+    }
+    flags.push_back(
+        absl::StrCat("--decode_workers=", absl::StrJoin(d_targets, ",")));
+    for (const auto& [flag, value] :
+         {std::pair{"tls_cert", absl::GetFlag(FLAGS_tls_cert)},
+          std::pair{"tls_key", absl::GetFlag(FLAGS_tls_key)}}) {
+      if (!value.empty()) flags.push_back(absl::StrCat("--", flag, "=", value));
+    }
+    for (auto& a : SplitArgs(absl::GetFlag(FLAGS_router_args)))
+      flags.push_back(std::move(a));
+    absl::Status s = StartChild(self, "router", std::move(flags), dir, &r);
+    children.push_back(std::move(r));
+    if (!s.ok()) return fail(s);
+    s = WaitForPort(children.back(), deadline);
+    if (!s.ok()) return fail(s);
+  }
+  Child& router = children.back();
+  const std::string router_addr = absl::StrCat("127.0.0.1:", router.port);
+  // Ready when the router sees every worker healthy.
+  TlsFiles client_tls;
+  client_tls.ca = absl::GetFlag(FLAGS_tls_cert);  // a self-signed router cert
+  auto creds = MakeChannelCredentials(client_tls);
+  if (!creds.ok()) return fail(creds.status());
+  auto stub = v1::Generation::NewStub(MakeChannel(router_addr, *creds));
+  absl::Status ready = absl::UnavailableError("not checked");
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
+    v1::GetModelInfoResponse info;
+    grpc::Status s = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+    if (s.ok() &&
+        info.num_prefill_workers() == static_cast<int>(p_targets.size()) &&
+        info.num_decode_workers() == num_d) {
+      ready = absl::OkStatus();
+      break;
+    }
+    ready = s.ok() ? absl::UnavailableError("workers not healthy yet")
+                   : FromGrpcStatus(s);
+    for (Child& c : children) {
+      if (auto st = c.proc.Poll(); st.has_value()) {
+        return fail(absl::UnavailableError(absl::StrCat(
+            c.name, " ", DescribeWaitStatus(*st), " while starting")));
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  if (!ready.ok()) return fail(ready);
+  std::printf("pdserve up: router listening on %s (mode %s, pid %d)\n",
+              router_addr.c_str(), mode.c_str(), router.proc.pid());
+  for (Child& c : children) {
+    if (&c == &router) continue;
+    std::printf("pdserve up:   %-9s 127.0.0.1:%d (pid %d)\n", c.name.c_str(),
+                c.port, c.proc.pid());
+  }
+  std::fflush(stdout);
+
+  std::printf("pdserve up:   logs in %s/\n", dir.c_str());
+  std::fflush(stdout);
+  const std::string demo = absl::GetFlag(FLAGS_demo_prompt);
+  if (!demo.empty()) {
+    auto req = RequestFromFlags(demo, {});
+    if (!req.ok()) return fail(req.status());
+    std::printf("%s", demo.c_str());
+    auto result =
+        RunGenerate(*stub, *req, absl::Seconds(300), [](const std::string& t) {
+          std::fwrite(t.data(), 1, t.size(), stdout);
+          std::fflush(stdout);
+        });
+    std::printf("\n");
+    StopAll(children);
+    if (!result.ok()) {
+      std::fprintf(stderr, "pdserve up: logs in %s/\n", dir.c_str());
+      return FailWith("up", result.status());
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // logs are kept only on failure
+    std::fprintf(
+        stderr,
+        "pdserve up: %d tokens, ttft %.1f ms, %.1f ms total; cluster stopped\n",
+        result->usage.completion_tokens(), result->ttft_ms, result->e2e_ms);
+    return 0;
+  }
+  std::printf("pdserve up: ready (Ctrl-C stops the cluster)\n");
+  std::fflush(stdout);
+  // Supervise until a signal; a child that dies is reported.
+  int rc = 0;
+  while (true) {
+    if (auto sig = WaitForTerminationSignal(absl::Milliseconds(200));
+        sig.has_value()) {
+      std::fprintf(stderr, "pdserve up: signal %d, stopping the cluster\n",
+                   *sig);
+      break;
+    }
+    bool router_died = false;
+    for (Child& c : children) {
+      if (!c.proc.running()) continue;
+      if (auto st = c.proc.Poll(); st.has_value()) {
+        std::fprintf(stderr, "pdserve up: %s (pid %d) %s; see %s/%s.log\n",
+                     c.name.c_str(), c.proc.pid(),
+                     DescribeWaitStatus(*st).c_str(), dir.c_str(),
+                     c.name.c_str());
+        if (&c == &router) router_died = true;
+      }
+    }
+    if (router_died) {
+      rc = 1;
+      break;
+    }
+  }
+  StopAll(children);
+  std::fprintf(stderr, "pdserve up: stopped\n");
+  if (rc == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);  // logs are kept only on failure
+  }
+  return rc;
+}
+
+PDSERVE_SUBCOMMAND("up",
+                   "run a local cluster (router + prefill + decode workers) as "
+                   "child processes",
+                   "pdserve up [--model=models/stories260K] [--prefill=1] "
+                   "[--decode=1] [--port=50051] "
+                   "[--mode=disaggregated|colocated|auto] "
+                   "[--demo_prompt=\"Once upon a time\"]",
+                   RunUp);
+
+}  // namespace
+}  // namespace pdserve
