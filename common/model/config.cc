@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace pdserve {
@@ -68,12 +69,6 @@ absl::StatusOr<std::vector<int32_t>> ReadIdList(const Json& j, const char* key,
   return ids;
 }
 
-#define PD_RETURN_IF_ERROR(expr) \
-  do {                           \
-    absl::Status s_ = (expr);    \
-    if (!s_.ok()) return s_;     \
-  } while (0)
-
 absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
                                                  absl::string_view source) {
   ModelConfig c;
@@ -95,34 +90,34 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
                      "' (supported: llama, mistral, qwen2)"));
   }
   // Defaults are those of the transformers config classes.
-  PD_RETURN_IF_ERROR(ReadNumber(j, "vocab_size",
-                                llama ? 32000 : (mistral ? 32000 : 151936),
-                                &c.vocab_size, source));
-  PD_RETURN_IF_ERROR(ReadNumber(j, "hidden_size", qwen2 ? 4096 : 4096,
-                                &c.hidden_size, source));
-  PD_RETURN_IF_ERROR(ReadNumber(j, "intermediate_size",
-                                llama ? 11008 : (mistral ? 14336 : 22016),
-                                &c.intermediate_size, source));
-  PD_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(ReadNumber(j, "vocab_size",
+                             llama ? 32000 : (mistral ? 32000 : 151936),
+                             &c.vocab_size, source));
+  RETURN_IF_ERROR(ReadNumber(j, "hidden_size", qwen2 ? 4096 : 4096,
+                             &c.hidden_size, source));
+  RETURN_IF_ERROR(ReadNumber(j, "intermediate_size",
+                             llama ? 11008 : (mistral ? 14336 : 22016),
+                             &c.intermediate_size, source));
+  RETURN_IF_ERROR(
       ReadNumber(j, "num_hidden_layers", 32, &c.num_layers, source));
-  PD_RETURN_IF_ERROR(
+  RETURN_IF_ERROR(
       ReadNumber(j, "num_attention_heads", 32, &c.num_heads, source));
   // A missing key takes the config class default (mistral 8, qwen2 32, llama
   // = heads); an explicit null means "= heads", as transformers does.
   if (j.contains("num_key_value_heads") && j["num_key_value_heads"].is_null()) {
     c.num_kv_heads = c.num_heads;
   } else {
-    PD_RETURN_IF_ERROR(ReadNumber(j, "num_key_value_heads",
-                                  mistral ? 8 : (qwen2 ? 32 : c.num_heads),
-                                  &c.num_kv_heads, source));
+    RETURN_IF_ERROR(ReadNumber(j, "num_key_value_heads",
+                               mistral ? 8 : (qwen2 ? 32 : c.num_heads),
+                               &c.num_kv_heads, source));
   }
   if (c.hidden_size <= 0 || c.num_heads <= 0 || c.num_layers <= 0 ||
       c.vocab_size <= 0 || c.intermediate_size <= 0 || c.num_kv_heads <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": sizes must be positive"));
   }
-  PD_RETURN_IF_ERROR(ReadNumber(j, "head_dim", c.hidden_size / c.num_heads,
-                                &c.head_dim, source));
+  RETURN_IF_ERROR(ReadNumber(j, "head_dim", c.hidden_size / c.num_heads,
+                             &c.head_dim, source));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": head_dim must be positive and even"));
@@ -132,13 +127,11 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
         source, ": num_attention_heads (", c.num_heads,
         ") is not a multiple of num_key_value_heads (", c.num_kv_heads, ")"));
   }
-  PD_RETURN_IF_ERROR(ReadNumber(j, "max_position_embeddings",
-                                llama ? 2048 : (mistral ? 4096 * 32 : 32768),
-                                &c.max_position_embeddings, source));
-  PD_RETURN_IF_ERROR(
-      ReadNumber(j, "rms_norm_eps", 1e-6, &c.rms_norm_eps, source));
-  PD_RETURN_IF_ERROR(
-      ReadNumber(j, "rope_theta", 10000.0, &c.rope_theta, source));
+  RETURN_IF_ERROR(ReadNumber(j, "max_position_embeddings",
+                             llama ? 2048 : (mistral ? 4096 * 32 : 32768),
+                             &c.max_position_embeddings, source));
+  RETURN_IF_ERROR(ReadNumber(j, "rms_norm_eps", 1e-6, &c.rms_norm_eps, source));
+  RETURN_IF_ERROR(ReadNumber(j, "rope_theta", 10000.0, &c.rope_theta, source));
   if (Present(j, "hidden_act")) {
     if (!j["hidden_act"].is_string() ||
         j["hidden_act"].get<std::string>() != "silu") {
@@ -153,14 +146,14 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
     return absl::UnimplementedError(
         absl::StrCat(source, ": partial_rotary_factor != 1 is not supported"));
   }
-  PD_RETURN_IF_ERROR(ReadBool(j, "tie_word_embeddings", false,
-                              &c.tie_word_embeddings, source));
+  RETURN_IF_ERROR(ReadBool(j, "tie_word_embeddings", false,
+                           &c.tie_word_embeddings, source));
   if (llama) {
     bool attention_bias = false;
-    PD_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         ReadBool(j, "attention_bias", false, &attention_bias, source));
     c.qkv_bias = c.o_bias = attention_bias;
-    PD_RETURN_IF_ERROR(ReadBool(j, "mlp_bias", false, &c.mlp_bias, source));
+    RETURN_IF_ERROR(ReadBool(j, "mlp_bias", false, &c.mlp_bias, source));
   } else if (qwen2) {
     c.qkv_bias = true;
   }
@@ -190,16 +183,15 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
       // No scaling.
     } else if (type == "linear") {
       c.rope_scaling.type = RopeScalingType::kLinear;
-      PD_RETURN_IF_ERROR(need("factor", &c.rope_scaling.factor));
+      RETURN_IF_ERROR(need("factor", &c.rope_scaling.factor));
     } else if (type == "llama3") {
       c.rope_scaling.type = RopeScalingType::kLlama3;
       double orig = 0;
-      PD_RETURN_IF_ERROR(need("factor", &c.rope_scaling.factor));
-      PD_RETURN_IF_ERROR(
-          need("low_freq_factor", &c.rope_scaling.low_freq_factor));
-      PD_RETURN_IF_ERROR(
+      RETURN_IF_ERROR(need("factor", &c.rope_scaling.factor));
+      RETURN_IF_ERROR(need("low_freq_factor", &c.rope_scaling.low_freq_factor));
+      RETURN_IF_ERROR(
           need("high_freq_factor", &c.rope_scaling.high_freq_factor));
-      PD_RETURN_IF_ERROR(need("original_max_position_embeddings", &orig));
+      RETURN_IF_ERROR(need("original_max_position_embeddings", &orig));
       c.rope_scaling.original_max_position_embeddings =
           static_cast<int64_t>(orig);
     } else {
@@ -225,12 +217,12 @@ absl::StatusOr<ModelConfig> ParseModelConfigJson(const Json& j,
     c.layer_sliding_window.assign(c.num_layers, window);
   } else if (qwen2) {
     bool use_sliding = false;
-    PD_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         ReadBool(j, "use_sliding_window", false, &use_sliding, source));
     int window = 4096;
-    PD_RETURN_IF_ERROR(ReadNumber(j, "sliding_window", 4096, &window, source));
+    RETURN_IF_ERROR(ReadNumber(j, "sliding_window", 4096, &window, source));
     int max_window_layers = 28;
-    PD_RETURN_IF_ERROR(
+    RETURN_IF_ERROR(
         ReadNumber(j, "max_window_layers", 28, &max_window_layers, source));
     if (use_sliding && Present(j, "sliding_window")) {
       if (Present(j, "layer_types") && j["layer_types"].is_array() &&
