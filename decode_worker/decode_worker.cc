@@ -1,5 +1,6 @@
 #include "decode_worker/decode_worker.h"
 
+#include <algorithm>
 #include <deque>
 #include <utility>
 
@@ -12,27 +13,35 @@
 namespace pdserve {
 namespace {
 
+// A token event and when the scheduler produced it (the stage timings use
+// the production time, not when the handler got round to it).
+struct TimedEvent {
+  TokenEvent event;
+  absl::Time time;
+};
+
 // Token events of one stream, filled by the scheduler thread and drained by
 // the gRPC handler thread. Thread-safe.
 class EventQueue {
  public:
   void Push(const TokenEvent& event) {
+    const absl::Time now = absl::Now();
     absl::MutexLock lock(&mu_);
-    events_.push_back(event);
+    events_.push_back({event, now});
   }
   // Waits up to `timeout` for events; returns all that are queued.
-  std::deque<TokenEvent> PopAll(absl::Duration timeout) {
+  std::deque<TimedEvent> PopAll(absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     mu_.AwaitWithTimeout(
         absl::Condition(
-            +[](std::deque<TokenEvent>* e) { return !e->empty(); }, &events_),
+            +[](std::deque<TimedEvent>* e) { return !e->empty(); }, &events_),
         timeout);
     return std::exchange(events_, {});
   }
 
  private:
   absl::Mutex mu_;
-  std::deque<TokenEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::deque<TimedEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
 double Seconds(absl::Time from, absl::Time to) {
@@ -53,17 +62,49 @@ DecodeWorker::~DecodeWorker() {
 
 absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     const DecodeWorkerOptions& options) {
+  if (options.metrics == nullptr) {
+    return absl::InvalidArgumentError("DecodeWorkerOptions.metrics is null");
+  }
   std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
   auto engine = Engine::Create(options.engine);
   if (!engine.ok()) return engine.status();
   w->engine_ = *std::move(engine);
-  w->scheduler_ = std::make_unique<GenerationScheduler>(w->engine_.get(),
-                                                        options.scheduler);
+  SchedulerOptions sched = options.scheduler;
+  sched.on_step = [p = w.get()](double seconds) { p->OnStep(seconds); };
+  w->scheduler_ =
+      std::make_unique<GenerationScheduler>(w->engine_.get(), sched);
   w->leases_ = std::make_unique<KvLeaseTable>(
-      w->scheduler_.get(), w->engine_.get(), options.kv_lease);
+      w->scheduler_.get(), w->engine_.get(), options.kv_lease, options.metrics);
+  w->ExportGauges(w->engine_->free_blocks(), w->engine_->total_blocks());
   w->kv_service_ =
       std::make_unique<transport::KvTransferService>(w->leases_.get());
   return w;
+}
+
+void DecodeWorker::OnStep(double seconds) {
+  metrics::DecodeMetrics& m = *options_.metrics;
+  const SchedulerStats now = scheduler_->stats();
+  const SchedulerStats& last = last_stats_;
+  // Decode items run in this step = sequences decoding in its batch.
+  m.ObserveStep(now.decode_tokens - last.decode_tokens, seconds);
+  for (int64_t i = last.preemptions; i < now.preemptions; ++i) {
+    m.CountPreemption();
+  }
+  // Prompt tokens admitted = computed + reused from the prefix cache.
+  const int64_t hits = now.prefix_hit_tokens - last.prefix_hit_tokens;
+  const int64_t computed =
+      now.prefill_tokens_computed - last.prefill_tokens_computed;
+  if (hits + computed > 0)
+    m.compute().ObservePrefixLookup(hits + computed, hits);
+  last_stats_ = now;
+  ExportGauges(engine_->free_blocks(), engine_->total_blocks());
+}
+
+void DecodeWorker::ExportGauges(int64_t free_blocks, int64_t total_blocks) {
+  metrics::DecodeMetrics& m = *options_.metrics;
+  m.SetRunning(scheduler_->num_running());
+  m.SetWaiting(scheduler_->num_waiting());
+  m.kv_pool().Set(total_blocks - free_blocks, total_blocks);
 }
 
 std::vector<grpc::Service*> DecodeWorker::services() {
@@ -93,12 +134,18 @@ grpc::Status DecodeWorker::Decode(
   const bool colocated = request->has_colocated();
   pdserve::v1::StageTimings timings;
   absl::StatusOr<GenerationScheduler::RequestId> rid;
+  // Disaggregated: when admission could begin (claimed and KV complete).
+  absl::Time admission_start = claim_time;
+  // When the sequence was handed to the scheduler; read before the call, as
+  // the scheduler thread may produce its first token before the call returns.
+  absl::Time submitted;
   if (colocated) {
     const pb::SequenceSpec& spec = request->colocated();
     GenerationRequest req;
     req.prompt_ids.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
     req.sampling = transport::SamplingFromProto(spec.sampling());
     req.stop = transport::StopFromProto(spec.stop(), {});
+    submitted = absl::Now();
     rid = scheduler_->Submit(std::move(req), callback);
     if (rid.ok()) prefill_tokens_.fetch_add(spec.prompt_ids_size());
     timings.set_prefill_location("decode_worker");
@@ -112,19 +159,23 @@ grpc::Status DecodeWorker::Decode(
     req.sampling = transport::SamplingFromProto(ready->spec.sampling());
     req.stop = transport::StopFromProto(ready->spec.stop(), {});
     const SeqId seq = ready->seq;
+    submitted = absl::Now();
     rid = scheduler_->SubmitWithKv(std::move(req), seq, ready->first_token.id(),
                                    callback);
     if (!rid.ok()) {
       scheduler_->WithEngine([seq](Engine& e) { e.FreeSequence(seq); });
     }
+    // D's own stages only; the router has P's (prefill_queue/compute).
     timings.set_kv_transfer(ready->kv_transfer_seconds);
-    timings.set_prefill_queue(ready->prefill_queue_seconds);
-    timings.set_prefill_compute(ready->prefill_compute_seconds);
+    admission_start = std::max(claim_time, ready->kv_complete);
+    timings.set_kv_transfer_tail(Seconds(claim_time, admission_start));
     timings.set_prefill_location("prefill_worker");
   }
   if (!rid.ok()) return ToGrpcStatus(rid.status());
-  const absl::Time admitted = absl::Now();
-  timings.set_decode_admission(Seconds(claim_time, admitted));
+  if (!colocated) {
+    timings.set_decode_admission(Seconds(admission_start, submitted));
+    options_.metrics->ObserveAdmissionWait(timings.decode_admission());
+  }
   {
     absl::MutexLock lock(&mu_);
     active_[id] = *rid;
@@ -141,19 +192,20 @@ grpc::Status DecodeWorker::Decode(
   }
   int tokens = 0;
   std::optional<absl::Time> first_step;
-  absl::Time last_event = admitted;
+  absl::Time last_event = submitted;
   bool cancel_sent = false;
   while (true) {
     if (!cancel_sent && (!write_ok || context->IsCancelled())) {
       scheduler_->Cancel(*rid);
       cancel_sent = true;
     }
-    std::deque<TokenEvent> events = queue->PopAll(absl::Milliseconds(20));
+    std::deque<TimedEvent> events = queue->PopAll(absl::Milliseconds(20));
     if (events.empty()) continue;
     pb::DecodeResponse msg;
     const TokenEvent* final_event = nullptr;
-    for (const TokenEvent& e : events) {
-      last_event = absl::Now();
+    for (const TimedEvent& te : events) {
+      const TokenEvent& e = te.event;
+      last_event = te.time;
       if (e.has_token) {
         if (!first_step.has_value()) first_step = last_event;
         transport::ToWireToken(e.token_id, e.logprob, e.top_logprobs,
@@ -166,6 +218,7 @@ grpc::Status DecodeWorker::Decode(
       }
     }
     tokens_generated_.fetch_add(msg.tokens_size());
+    options_.metrics->AddGeneratedTokens(msg.tokens_size());
     if (options_.testonly_stream_delay > absl::ZeroDuration() && !cancel_sent) {
       for (const auto& token : msg.tokens()) {
         pb::DecodeResponse one;
@@ -193,7 +246,14 @@ grpc::Status DecodeWorker::Decode(
                               : final_event->status);
     }
     const absl::Time first = first_step.value_or(last_event);
-    timings.set_first_decode_step(Seconds(admitted, first));
+    if (colocated) {
+      // The first token came from this worker's prefill step.
+      timings.set_prefill_compute(Seconds(claim_time, first));
+      options_.metrics->compute().ObserveCompute(
+          timings.prefill_compute(), request->colocated().prompt_ids_size());
+    } else {
+      timings.set_first_decode_step(Seconds(submitted, first));
+    }
     timings.set_decode(Seconds(first, last_event));
     msg.set_finished(true);
     msg.set_finish_reason(final_event->finish_reason);
@@ -218,6 +278,7 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   });
   r->set_free_kv_blocks(free_blocks);
   r->set_total_kv_blocks(total_blocks);
+  ExportGauges(free_blocks, total_blocks);
   r->set_running(scheduler_->num_running());
   r->set_waiting(scheduler_->num_waiting());
   r->set_queue_depth(scheduler_->num_waiting());

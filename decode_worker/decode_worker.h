@@ -2,7 +2,8 @@
 // GenerationScheduler, the KvLeaseTable that receives KV pushes, and the gRPC
 // services (Decode, KvTransfer, Worker). A Decode call claims a pushed
 // sequence (or, colocated, prefills the prompt itself), admits it into the
-// batch and streams its tokens. Thread-safe: gRPC handler threads call in.
+// batch, streams its tokens and measures its decode-side stage timings.
+// Exports DecodeMetrics. Thread-safe: gRPC handler threads call in.
 #ifndef PDSERVE_DECODE_WORKER_DECODE_WORKER_H_
 #define PDSERVE_DECODE_WORKER_DECODE_WORKER_H_
 
@@ -17,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/engine/scheduler.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "decode_worker/kv_lease_table.h"
 #include "pdserve/v1/worker.grpc.pb.h"
@@ -30,6 +32,8 @@ struct DecodeWorkerOptions {
   // Test-only: one token per message, this long apart (slow streams for
   // failure tests). Zero = off.
   absl::Duration testonly_stream_delay;
+  // Required; must outlive the worker.
+  metrics::DecodeMetrics* metrics = nullptr;
 };
 
 class DecodeWorker final : public pb::Decode::Service,
@@ -59,7 +63,12 @@ class DecodeWorker final : public pb::Decode::Service,
 
  private:
   explicit DecodeWorker(const DecodeWorkerOptions& options);
-  void RefreshEngineGauges();
+  // Scheduler thread, after each step (the engine is idle): step histogram,
+  // queue gauges, KV pool, preemptions and prefix-cache counters.
+  void OnStep(double seconds);
+  // Queue gauges and KV pool from any thread (Status polls keep them fresh
+  // while no step runs).
+  void ExportGauges(int64_t free_blocks, int64_t total_blocks);
 
   const DecodeWorkerOptions options_;
   std::unique_ptr<Engine> engine_;
@@ -73,6 +82,9 @@ class DecodeWorker final : public pb::Decode::Service,
   std::atomic<int64_t> tokens_generated_{0};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> cancelled_{0};
+
+  // Scheduler counters at the previous OnStep (scheduler thread only).
+  SchedulerStats last_stats_;
 
   // Running Decode streams by request id (for Abort).
   absl::Mutex mu_;

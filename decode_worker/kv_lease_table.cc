@@ -22,6 +22,9 @@ class KvLeaseTable::Sink : public transport::KvSink {
   void OnAbort(const absl::Status& status) override {
     table_->AbortPush(id_, generation_, status);
   }
+  void OnChecksumFailure() override {
+    table_->metrics_->CountChecksumFailure();
+  }
 
  private:
   KvLeaseTable* const table_;
@@ -30,11 +33,13 @@ class KvLeaseTable::Sink : public transport::KvSink {
 };
 
 KvLeaseTable::KvLeaseTable(GenerationScheduler* scheduler, const Engine* engine,
-                           absl::Duration lease)
+                           absl::Duration lease,
+                           metrics::DecodeMetrics* metrics)
     : scheduler_(scheduler),
       fingerprint_(engine->fingerprint()),
       layout_(engine->kv_layout()),
-      lease_(lease) {
+      lease_(lease),
+      metrics_(metrics) {
   reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
@@ -154,6 +159,7 @@ absl::Status KvLeaseTable::ImportChunk(const std::string& id,
         return;
       }
       e.deadline = absl::Now() + lease_;  // progress renews the lease
+      e.bytes += static_cast<int64_t>(chunk.data().size());
       seq = e.seq;
     }
     // FreeSequence of this seq also runs under WithEngine: it cannot
@@ -184,6 +190,8 @@ absl::Status KvLeaseTable::CommitPush(const std::string& id,
     e.cancel_push = nullptr;
     e.ready.first_token = commit.first_token();
     e.ready.kv_transfer_seconds = seconds;
+    e.ready.kv_complete = absl::Now();
+    metrics_->KvPushReceived(e.bytes);
     e.ready.prefill_queue_seconds = commit.prefill_queue_seconds();
     e.ready.prefill_compute_seconds = commit.prefill_compute_seconds();
     e.deadline = absl::Now() + lease_;  // the router must claim it in time
@@ -304,6 +312,7 @@ void KvLeaseTable::ReaperLoop() {
         case State::kReceiving:
         case State::kComplete: {
           lease_expiries_.fetch_add(1);
+          metrics_->CountLeaseExpiry();
           PDSERVE_LOG_WARNING("KV lease of %s expired (%s)", it->first,
                               e.state == State::kReceiving ? "push incomplete"
                                                            : "never claimed");

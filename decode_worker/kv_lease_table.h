@@ -3,7 +3,8 @@
 // KvTransfer.Push (reserving blocks when a push begins, importing chunks,
 // completing on commit) and serves the router's claim (Decode). Every entry
 // holds a lease: a push that stalls, or complete KV that nobody claims, is
-// freed when the lease expires. Thread-safe.
+// freed when the lease expires. Counts received bytes, lease expiries and
+// checksum failures in DecodeMetrics. Thread-safe.
 #ifndef PDSERVE_DECODE_WORKER_KV_LEASE_TABLE_H_
 #define PDSERVE_DECODE_WORKER_KV_LEASE_TABLE_H_
 
@@ -19,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/engine/scheduler.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/transport/kv_transport.h"
 
 namespace pdserve {
@@ -30,16 +32,17 @@ struct ReadySequence {
   pb::SequenceSpec spec;
   SeqId seq = -1;  // the caller owns it (give it to the scheduler or free it)
   pdserve::v1::GeneratedToken first_token;
-  double kv_transfer_seconds = 0;
+  double kv_transfer_seconds = 0;  // first push message -> commit verified
+  absl::Time kv_complete;          // when the commit was verified
   double prefill_queue_seconds = 0;
   double prefill_compute_seconds = 0;
 };
 
 class KvLeaseTable : public transport::KvSinkFactory {
  public:
-  // `scheduler` drives `engine`; both must outlive the table.
+  // `scheduler` drives `engine`; both and `metrics` must outlive the table.
   KvLeaseTable(GenerationScheduler* scheduler, const Engine* engine,
-               absl::Duration lease);
+               absl::Duration lease, metrics::DecodeMetrics* metrics);
   ~KvLeaseTable() override;  // frees every sequence still held
 
   absl::StatusOr<std::unique_ptr<transport::KvSink>> Begin(
@@ -71,6 +74,7 @@ class KvLeaseTable : public transport::KvSinkFactory {
     bool claimed = false;
     absl::Time deadline;
     std::function<void()> cancel_push;
+    int64_t bytes = 0;  // KV payload imported so far
   };
 
   // Marks the entry failed and returns the sequence to free (or -1); the
@@ -92,6 +96,7 @@ class KvLeaseTable : public transport::KvSinkFactory {
   const std::string fingerprint_;
   const KvLayout layout_;
   const absl::Duration lease_;
+  metrics::DecodeMetrics* const metrics_;
 
   mutable absl::Mutex mu_;
   std::map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);

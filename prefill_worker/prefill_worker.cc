@@ -30,7 +30,11 @@ PrefillWorker::PrefillWorker(const PrefillWorkerOptions& options,
 
 absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
     const PrefillWorkerOptions& options, transport::KvSender* sender) {
+  if (options.metrics == nullptr) {
+    return absl::InvalidArgumentError("PrefillWorkerOptions.metrics is null");
+  }
   std::unique_ptr<PrefillWorker> w(new PrefillWorker(options, sender));
+  w->push_counters_.metrics = options.metrics;
   auto engine = Engine::Create(options.engine);
   if (!engine.ok()) return engine.status();
   w->engine_ = *std::move(engine);
@@ -42,6 +46,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   w->layout_ = w->engine_->kv_layout();
   w->free_blocks_ = w->engine_->free_blocks();
   w->total_blocks_ = w->engine_->total_blocks();
+  w->ExportKvPool();
   w->compute_ = std::thread([p = w.get()] { p->ComputeLoop(); });
   return w;
 }
@@ -103,6 +108,7 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
   }
   jobs_[spec.request_id()] = job;
   queue_.push_back(job);
+  options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
   while (!job->done) {
     mu_.AwaitWithTimeout(absl::Condition(&job->done), absl::Milliseconds(20));
     if (!job->done && context->IsCancelled()) {
@@ -156,6 +162,7 @@ void PrefillWorker::ComputeLoop() {
         batch.push_back(std::move(job));
         queue_.pop_front();
       }
+      options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
     }
     if (!batch.empty()) RunBatch(batch);
   }
@@ -205,6 +212,10 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
       continue;
     }
     it.seq = *seq;
+    // No prefix cache on the prefill worker yet: every prompt token is looked
+    // up (and computed); hits stay 0 until one exists.
+    options_.metrics->compute().ObservePrefixLookup(
+        static_cast<int64_t>(it.prompt.size()), 0);
     // Open the push now: chunks leave as soon as each layer is computed.
     pb::KvHeader header;
     header.set_request_id(spec.request_id());
@@ -247,6 +258,12 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
       ranges.push_back({i, {b, b + n}});
     }
     if (fwd.empty()) break;
+    int forward_tokens = 0;
+    for (const auto& f : fwd)
+      forward_tokens += static_cast<int>(f.tokens.size());
+    options_.metrics->ObserveBatch(static_cast<int64_t>(fwd.size()),
+                                   forward_tokens);
+    ExportKvPool();
     auto on_layer_done = [&](int layer) {
       for (const auto& [i, range] : ranges) {
         Item& it = items[i];
@@ -304,8 +321,11 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
       resp.set_prefill_queue_seconds(it.queue_seconds);
       resp.set_prefill_compute_seconds(
           absl::ToDoubleSeconds(absl::Now() - start));
+      options_.metrics->compute().ObserveCompute(
+          resp.prefill_compute_seconds(),
+          static_cast<int64_t>(it.prompt.size()));
       if (resp.finished()) {
-        it.push->Cancel();  // nothing left to decode
+        it.push->Discard();  // nothing left to decode: not a failure
       } else {
         pb::KvCommit commit;
         *commit.mutable_first_token() = resp.first_token();
@@ -323,6 +343,12 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
   }
   free_blocks_ = engine_->free_blocks();
   total_blocks_ = engine_->total_blocks();
+  ExportKvPool();
+}
+
+void PrefillWorker::ExportKvPool() {
+  const int64_t total = engine_->total_blocks();
+  options_.metrics->kv_pool().Set(total - engine_->free_blocks(), total);
 }
 
 grpc::Status PrefillWorker::Status(grpc::ServerContext*,

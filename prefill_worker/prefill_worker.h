@@ -4,7 +4,8 @@
 // the decode worker chosen by the router while later layers compute, samples
 // the first token with the request's sampler (position = prompt length, so
 // the decode worker continues the same random stream) and answers the router
-// at once; the push finishes in the background. Thread-safe.
+// at once; the push finishes in the background. Exports PrefillMetrics
+// (queue depth, batches, compute, KV pool, pushes). Thread-safe.
 #ifndef PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
 #define PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
 
@@ -21,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/engine/engine.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/transport/kv_transport.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 #include "prefill_worker/push_pipeline.h"
@@ -34,6 +36,8 @@ struct PrefillWorkerOptions {
   // Test-only: sleep this long before each batch (slow prefills for failure
   // tests). Zero = off.
   absl::Duration testonly_prefill_delay;
+  // Required; must outlive the worker.
+  metrics::PrefillMetrics* metrics = nullptr;
 };
 
 class PrefillWorker final : public pb::Prefill::Service,
@@ -66,6 +70,8 @@ class PrefillWorker final : public pb::Prefill::Service,
   void ComputeLoop();
   void RunBatch(std::vector<std::shared_ptr<Job>>& batch);
   void ReapPushes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Exports the KV pool occupancy (compute thread).
+  void ExportKvPool();
 
   const PrefillWorkerOptions options_;
   transport::KvSender* const sender_;

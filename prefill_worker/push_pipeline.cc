@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/util/logging.h"
 
 namespace pdserve {
@@ -50,12 +51,22 @@ void PushPipeline::Cancel() {
   if (stream_ != nullptr) stream_->Cancel();
 }
 
+void PushPipeline::Discard() {
+  {
+    absl::MutexLock lock(&mu_);
+    discarded_ = true;
+  }
+  Cancel();
+}
+
 bool PushPipeline::done() const {
   absl::MutexLock lock(&mu_);
   return done_;
 }
 
 void PushPipeline::Run() {
+  // P's view of the push: first byte (the header) sent -> last ack received.
+  const absl::Time start = absl::Now();
   auto opened = sender_->Open(target_, header_, deadline_);
   absl::Status status = opened.status();
   {
@@ -97,8 +108,20 @@ void PushPipeline::Run() {
     if (result.ok()) {
       counters_->bytes.fetch_add(result->bytes);
       counters_->ok.fetch_add(1);
+      if (counters_->metrics != nullptr) {
+        counters_->metrics->PushSucceeded(
+            result->bytes, absl::ToDoubleSeconds(absl::Now() - start));
+      }
     }
     break;
+  }
+  bool discarded;
+  {
+    absl::MutexLock lock(&mu_);
+    discarded = discarded_;
+  }
+  if (!status.ok() && !discarded && counters_->metrics != nullptr) {
+    counters_->metrics->PushFailed(status.code());
   }
   if (!status.ok()) {
     counters_->failed.fetch_add(1);

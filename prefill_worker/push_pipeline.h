@@ -17,17 +17,20 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/transport/kv_transport.h"
 
 namespace pdserve {
 
 namespace pb = ::pdserve::v1::internal;
 
-// Counters shared by every pipeline of a worker.
+// Counters shared by every pipeline of a worker, and the worker's metrics
+// (pushed bytes, push seconds and bandwidth, failures by reason).
 struct PushCounters {
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> ok{0};
   std::atomic<int64_t> failed{0};
+  metrics::PrefillMetrics* metrics = nullptr;  // optional
 };
 
 class PushPipeline {
@@ -42,8 +45,12 @@ class PushPipeline {
 
   void Enqueue(pb::KvChunk chunk);
   void Commit(pb::KvCommit commit);
-  // Aborts the push (the decode worker frees what it reserved).
+  // Aborts the push (the decode worker frees what it reserved); counted as a
+  // failed push (reason: the status the push ended with).
   void Cancel();
+  // Cancel() for a push that is not needed (the request ended at its first
+  // token): not a failure.
+  void Discard();
   bool done() const;
 
  private:
@@ -60,6 +67,7 @@ class PushPipeline {
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<pb::KvCommit> commit_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool discarded_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::unique_ptr<transport::KvPushStream> stream_ ABSL_GUARDED_BY(mu_);

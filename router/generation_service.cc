@@ -9,6 +9,7 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/transport/sequence_spec.h"
 #include "common/util/logging.h"
+#include "google/protobuf/descriptor.h"
 #include "router/stop_matcher.h"
 
 namespace pdserve {
@@ -35,19 +36,48 @@ const char* RouterModeName(RouterMode mode) {
   return "?";
 }
 
-// The client side of one Generate call: detokenizes, applies stop strings
-// and writes messages. Used by the handler thread only.
+metrics::StageTimings StageTimingsFromProto(const v1::StageTimings& t) {
+  metrics::StageTimings out;
+  const auto* desc = t.GetDescriptor();
+  const auto* refl = t.GetReflection();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const auto* f = desc->field(i);
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE ||
+        !refl->HasField(t, f)) {
+      continue;
+    }
+    if (auto stage = metrics::StageFromName(f->name())) {
+      out.Set(*stage, refl->GetDouble(t, f));
+    }
+  }
+  return out;
+}
+
+namespace {
+
+double SecondsSince(absl::Time from) {
+  return absl::ToDoubleSeconds(absl::Now() - from);
+}
+
+}  // namespace
+
+// The client side of one Generate call: detokenizes, applies stop strings,
+// writes messages and records the token metrics (TTFT, inter-token gaps,
+// generated tokens). Used by the handler thread only.
 class GenerationService::Stream {
  public:
   Stream(grpc::ServerWriter<v1::GenerateResponse>* writer,
-         std::string request_id, const ResolvedRequest& req,
-         const Tokenizer* tokenizer)
+         std::string request_id, ResolvedRequest req,
+         const Tokenizer* tokenizer, absl::Time arrival,
+         metrics::RouterMetrics* metrics)
       : writer_(writer),
         request_id_(std::move(request_id)),
-        req_(req),
-        matcher_(req.stop_strings) {
+        req_(std::move(req)),
+        matcher_(req_.stop_strings),
+        arrival_(arrival),
+        metrics_(metrics) {
     if (tokenizer != nullptr) {
-      detok_.emplace(*tokenizer, req.skip_special_tokens, req.prompt_ids);
+      detok_.emplace(*tokenizer, req_.skip_special_tokens, req_.prompt_ids);
     }
   }
 
@@ -70,11 +100,22 @@ class GenerationService::Stream {
     }
     msg.set_text(std::move(text));
     sent_any_ = true;
-    return writer_->Write(msg);
+    if (!writer_->Write(msg)) return false;
+    const absl::Time now = absl::Now();
+    std::optional<double> gap;
+    if (last_send_.has_value()) {
+      gap = absl::ToDoubleSeconds(now - *last_send_);
+    } else {
+      ttft_seconds_ = absl::ToDoubleSeconds(now - arrival_);
+      metrics_->ObserveTimeToFirstToken(*ttft_seconds_);
+    }
+    last_send_ = now;
+    metrics_->TokensSent(msg.tokens_size(), gap);
+    return true;
   }
 
-  bool Finish(const std::string& finish_reason,
-              const v1::StageTimings& timings) {
+  // The final message, with `timings` (e2e is set here).
+  bool Finish(const std::string& finish_reason, v1::StageTimings timings) {
     v1::GenerateResponse msg;
     msg.set_request_id(request_id_);
     std::string text;
@@ -87,7 +128,9 @@ class GenerationService::Stream {
     msg.mutable_usage()->set_prompt_tokens(
         static_cast<int>(req_.prompt_ids.size()));
     msg.mutable_usage()->set_completion_tokens(completion_tokens_);
+    timings.set_e2e(SecondsSince(arrival_));
     *msg.mutable_timings() = timings;
+    final_timings_ = std::move(timings);
     for (int32_t id : req_.prompt_ids) msg.add_prompt_ids(id);
     sent_any_ = true;
     return writer_->Write(msg);
@@ -95,17 +138,28 @@ class GenerationService::Stream {
 
   bool stopped() const { return matcher_.stopped(); }
   bool sent_any() const { return sent_any_; }
+  int completion_tokens() const { return completion_tokens_; }
+  std::optional<double> ttft_seconds() const { return ttft_seconds_; }
+  // Set once Finish ran.
+  const std::optional<v1::StageTimings>& final_timings() const {
+    return final_timings_;
+  }
   const std::string& request_id() const { return request_id_; }
   const ResolvedRequest& request() const { return req_; }
 
  private:
   grpc::ServerWriter<v1::GenerateResponse>* const writer_;
   const std::string request_id_;
-  const ResolvedRequest& req_;
+  const ResolvedRequest req_;
   std::optional<IncrementalDetokenizer> detok_;
   StopStringMatcher matcher_;
   int completion_tokens_ = 0;
   bool sent_any_ = false;
+  const absl::Time arrival_;
+  metrics::RouterMetrics* const metrics_;
+  std::optional<absl::Time> last_send_;
+  std::optional<double> ttft_seconds_;
+  std::optional<v1::StageTimings> final_timings_;
 };
 
 // One try of a request on a (P, D) pair.
@@ -144,12 +198,14 @@ pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req) {
 GenerationService::GenerationService(RouterOptions options,
                                      RouterModelInfo model,
                                      std::unique_ptr<Tokenizer> tokenizer,
-                                     WorkerPool* prefill, WorkerPool* decode)
+                                     WorkerPool* prefill, WorkerPool* decode,
+                                     metrics::RouterMetrics* metrics)
     : options_(std::move(options)),
       model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       prefill_(prefill),
-      decode_(decode) {}
+      decode_(decode),
+      metrics_(metrics) {}
 
 void GenerationService::AbortOn(WorkerEndpoint* ep, const std::string& id) {
   if (ep == nullptr) return;
@@ -166,6 +222,30 @@ grpc::Status GenerationService::Generate(
     grpc::ServerWriter<v1::GenerateResponse>* writer) {
   const absl::Time arrival = absl::Now();
   InFlight guard(&in_flight_);
+  metrics_->RequestStarted();
+  std::unique_ptr<Stream> stream;
+  const grpc::Status status = Serve(context, request, writer, arrival, &stream);
+  metrics::RequestSummary summary;
+  summary.code = static_cast<absl::StatusCode>(status.error_code());
+  summary.e2e_seconds = SecondsSince(arrival);
+  if (stream != nullptr) {
+    summary.prompt_tokens =
+        static_cast<int64_t>(stream->request().prompt_ids.size());
+    summary.output_tokens = stream->completion_tokens();
+    summary.ttft_seconds = stream->ttft_seconds();
+    if (status.ok() && stream->final_timings().has_value()) {
+      summary.e2e_seconds = stream->final_timings()->e2e();
+      summary.stages = StageTimingsFromProto(*stream->final_timings());
+    }
+  }
+  metrics_->RequestFinished(summary);
+  return status;
+}
+
+grpc::Status GenerationService::Serve(
+    grpc::ServerContext* context, const v1::GenerateRequest* request,
+    grpc::ServerWriter<v1::GenerateResponse>* writer, absl::Time arrival,
+    std::unique_ptr<Stream>* stream_out) {
   if (draining_.load()) {
     return ToGrpcStatus(absl::UnavailableError("router is draining"));
   }
@@ -177,7 +257,9 @@ grpc::Status GenerationService::Generate(
           ? absl::StrCat("req-", absl::ToUnixMicros(arrival), "-",
                          next_id_.fetch_add(1))
           : request->request_id();
-  Stream stream(writer, request_id, *resolved, tokenizer_.get());
+  *stream_out = std::make_unique<Stream>(writer, request_id, *resolved,
+                                         tokenizer_.get(), arrival, metrics_);
+  Stream& stream = **stream_out;
   const bool colocated = options_.mode == RouterMode::kColocated ||
                          (options_.mode == RouterMode::kAuto &&
                           static_cast<int>(resolved->prompt_ids.size()) <
@@ -203,6 +285,7 @@ grpc::Status GenerationService::Generate(
       }
       attempt.prefill = *p;
     }
+    if (attempt_no > 0) metrics_->CountRetry();  // re-sent to another worker
     last = colocated ? RunColocated(context, stream, attempt)
                      : RunDisaggregated(context, stream, attempt);
     if (last.ok()) return grpc::Status::OK;
@@ -262,7 +345,6 @@ absl::Status GenerationService::RunDisaggregated(grpc::ServerContext* context,
   *first.Add() = presp.first_token();
   if (presp.finished()) {
     if (!stream.Send(first)) return absl::CancelledError("client went away");
-    a.timings.set_e2e(absl::ToDoubleSeconds(absl::Now() - a.arrival));
     stream.Finish(presp.finish_reason(), a.timings);
     return absl::OkStatus();
   }
@@ -322,23 +404,14 @@ absl::Status GenerationService::PumpDecode(
       dctx.TryCancel();
       (void)reader.Finish();
       AbortOn(&d, a.worker_request_id);
-      a.timings.set_e2e(absl::ToDoubleSeconds(absl::Now() - a.arrival));
       stream.Finish("stop", a.timings);
       return absl::OkStatus();
     }
     if (msg.finished()) {
-      const v1::StageTimings& t = msg.timings();
-      if (t.prefill_location() == "decode_worker") {
-        a.timings.set_prefill_location("decode_worker");
-        a.timings.set_prefill_queue(t.prefill_queue());
-        a.timings.set_prefill_compute(t.prefill_compute());
-      }
-      a.timings.set_kv_transfer(t.kv_transfer());
-      a.timings.set_decode_admission(t.decode_admission());
-      a.timings.set_first_decode_step(t.first_decode_step());
-      a.timings.set_decode(t.decode());
+      // D's stages (only those it measured are set: MergeFrom keeps the
+      // router's and P's).
+      a.timings.MergeFrom(msg.timings());
       (void)reader.Finish();
-      a.timings.set_e2e(absl::ToDoubleSeconds(absl::Now() - a.arrival));
       stream.Finish(msg.finish_reason(), a.timings);
       return absl::OkStatus();
     }

@@ -4,7 +4,9 @@
 // and streams its tokens back with incremental detokenization and stop
 // strings. Retries another worker on UNAVAILABLE / RESOURCE_EXHAUSTED while
 // no token has reached the client; client cancellation and deadlines reach P
-// and D at once (propagated contexts + Abort). Thread-safe.
+// and D at once (propagated contexts + Abort). Records every request in
+// RouterMetrics (latencies, tokens, status codes, stage timings) and returns
+// the stage timings in the final message. Thread-safe.
 #ifndef PDSERVE_ROUTER_GENERATION_SERVICE_H_
 #define PDSERVE_ROUTER_GENERATION_SERVICE_H_
 
@@ -13,12 +15,18 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/metrics/router_metrics.h"
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "router/request_builder.h"
 #include "router/worker_pool.h"
 
 namespace pdserve {
+
+// The stages set in a request's final timings (proto field names are the
+// stage names of common/metrics/stage_timings.h; e2e is not a stage).
+metrics::StageTimings StageTimingsFromProto(
+    const pdserve::v1::StageTimings& timings);
 
 enum class RouterMode { kDisaggregated, kColocated, kAuto };
 absl::StatusOr<RouterMode> ParseRouterMode(const std::string& s);
@@ -34,10 +42,11 @@ struct RouterOptions {
 
 class GenerationService final : public pdserve::v1::Generation::Service {
  public:
-  // `tokenizer` may be null (token-id input only). Pools must outlive this.
+  // `tokenizer` may be null (token-id input only). Pools and `metrics` must
+  // outlive this.
   GenerationService(RouterOptions options, RouterModelInfo model,
                     std::unique_ptr<Tokenizer> tokenizer, WorkerPool* prefill,
-                    WorkerPool* decode);
+                    WorkerPool* decode, metrics::RouterMetrics* metrics);
 
   grpc::Status Generate(
       grpc::ServerContext* context, const pdserve::v1::GenerateRequest* request,
@@ -56,6 +65,12 @@ class GenerationService final : public pdserve::v1::Generation::Service {
  private:
   class Stream;
   struct Attempt;
+  // Generate without the request's metrics, which Generate records from
+  // `stream` (null until the request is resolved) and the status.
+  grpc::Status Serve(grpc::ServerContext* context,
+                     const pdserve::v1::GenerateRequest* request,
+                     grpc::ServerWriter<pdserve::v1::GenerateResponse>* writer,
+                     absl::Time arrival, std::unique_ptr<Stream>* stream);
   absl::Status RunDisaggregated(grpc::ServerContext* context, Stream& stream,
                                 Attempt& attempt);
   absl::Status RunColocated(grpc::ServerContext* context, Stream& stream,
@@ -72,6 +87,7 @@ class GenerationService final : public pdserve::v1::Generation::Service {
   const std::unique_ptr<Tokenizer> tokenizer_;
   WorkerPool* const prefill_;
   WorkerPool* const decode_;
+  metrics::RouterMetrics* const metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};

@@ -25,7 +25,20 @@ std::shared_ptr<WorkerEndpoint> MakeEndpoint(
   return ep;
 }
 
-void PollEndpoint(WorkerEndpoint& ep) {
+const char* PoolName(PoolKind kind) {
+  return kind == PoolKind::kPrefill ? "prefill" : "decode";
+}
+
+}  // namespace
+
+void WorkerPool::ExportHealth(const std::string& address, bool healthy) {
+  if (options_.metrics != nullptr) {
+    options_.metrics->SetWorkerHealthy(PoolName(options_.kind), address,
+                                       healthy);
+  }
+}
+
+void WorkerPool::PollEndpoint(WorkerEndpoint& ep) {
   absl::Status health = CheckHealth(*ep.channel, absl::Milliseconds(1000));
   pb::WorkerStatusResponse status;
   if (health.ok()) {
@@ -48,9 +61,8 @@ void PollEndpoint(WorkerEndpoint& ep) {
   ep.healthy = health.ok();
   ep.last_error = health.ok() ? "" : std::string(health.message());
   if (health.ok()) ep.status = std::move(status);
+  ExportHealth(ep.address, ep.healthy);
 }
-
-}  // namespace
 
 WorkerPool::WorkerPool(WorkerPoolOptions options)
     : options_(std::move(options)) {
@@ -91,14 +103,19 @@ void WorkerPool::Resolve() {
   }
   absl::MutexLock lock(&mu_);
   for (const std::string& a : addresses) {
-    if (endpoints_.count(a) == 0)
+    if (endpoints_.count(a) == 0) {
       endpoints_[a] = MakeEndpoint(a, options_.creds);
+      ExportHealth(a, false);  // until its first health check passes
+    }
   }
   // A name that failed to resolve keeps its previous endpoints.
   if (!any_dns_failed) {
     for (auto it = endpoints_.begin(); it != endpoints_.end();) {
       if (addresses.count(it->first) == 0) {
         PDSERVE_LOG_INFO("worker %s left the pool", it->first);
+        if (options_.metrics != nullptr) {
+          options_.metrics->RemoveWorker(PoolName(options_.kind), it->first);
+        }
         it = endpoints_.erase(it);
       } else {
         ++it;
@@ -151,6 +168,7 @@ void WorkerPool::ReportFailure(const std::string& address,
   absl::MutexLock elock(&it->second->mu);
   it->second->healthy = false;
   it->second->last_error = error;
+  ExportHealth(address, false);
 }
 
 absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(

@@ -3,6 +3,7 @@
 // re-resolved periodically (the Kubernetes headless-service pattern). A
 // background thread health-checks every endpoint (grpc.health.v1) and polls
 // its Worker.Status for routing; Pick chooses a healthy endpoint by load.
+// Each endpoint's health is exported as pdserve_worker_healthy{pool,endpoint}.
 // Thread-safe.
 #ifndef PDSERVE_ROUTER_WORKER_POOL_H_
 #define PDSERVE_ROUTER_WORKER_POOL_H_
@@ -20,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/metrics/router_metrics.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pdserve/v1/worker.grpc.pb.h"
@@ -51,6 +53,7 @@ struct WorkerPoolOptions {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   absl::Duration poll_interval = absl::Milliseconds(200);
   absl::Duration dns_refresh = absl::Seconds(5);
+  metrics::RouterMetrics* metrics = nullptr;  // optional; must outlive the pool
 };
 
 class WorkerPool {
@@ -73,6 +76,8 @@ class WorkerPool {
  private:
   void Loop();
   void Resolve();
+  void PollEndpoint(WorkerEndpoint& ep);
+  void ExportHealth(const std::string& address, bool healthy);
 
   const WorkerPoolOptions options_;
   mutable absl::Mutex mu_;

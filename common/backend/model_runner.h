@@ -1,16 +1,17 @@
 // The backend's kernel interface: a ModelRunner owns a model's weights in the
 // layout its kernels want and runs one forward pass over a batch of sequence
-// chunks, reading and writing the paged KV cache. cpu/ implements it (cuda/
-// will). Not thread-safe: one thread drives it (it may use its own pool).
+// chunks, reading and writing the paged KV cache. cpu/ and cuda/ implement it. Not thread-safe: one thread drives it (it may use its own pool).
 #ifndef PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
 #define PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/kv/kv_cache.h"
 #include "common/model/model_source.h"
@@ -44,11 +45,38 @@ class ModelRunner {
   // Weight bytes one forward pass reads (all but an untied embedding table).
   virtual int64_t weight_bytes_per_pass() const = 0;
   virtual int num_threads() const = 0;
+
+  // ---- Where the KV data lives. The engine calls these instead of the
+  // KvCache's own methods. The defaults keep the data in the host pool (CPU);
+  // a device backend that mirrors the pool in device memory (same block ids,
+  // same per-block layout) overrides them. The KvCache stays the owner of
+  // the block tables and lengths either way.
+  // Called once, right after the engine created `kv`, before any Forward.
+  virtual absl::Status AttachKvPool(const KvCache& kv) {
+    return absl::OkStatus();
+  }
+  // KvCache::ExportLayer / ImportLayer semantics and wire layout.
+  virtual absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
+                                     int begin, int end, std::string* out) {
+    return kv.ExportLayer(seq, layer, begin, end, out);
+  }
+  virtual absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer,
+                                     int begin, int end,
+                                     absl::string_view bytes) {
+    return kv.ImportLayer(seq, layer, begin, end, bytes);
+  }
 };
 
 // Reads every tensor from `source` once, converting/packing it; the source
 // can be dropped afterwards (releasing its mappings).
 absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCpuRunner(
+    ModelSource& source, const RunnerOptions& options);
+
+// The CUDA backend (cuda/cuda_runner.cc) on device 0: weights uploaded once,
+// the KV pool mirrored in device memory. FAILED_PRECONDITION "--device=cuda
+// but no CUDA device: ..." without a usable GPU, or "... built without CUDA"
+// in a build without the CUDA backend (cuda/cuda_stub.cc).
+absl::StatusOr<std::unique_ptr<ModelRunner>> CreateCudaRunner(
     ModelSource& source, const RunnerOptions& options);
 
 }  // namespace pdserve

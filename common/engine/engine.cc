@@ -57,6 +57,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   layout.dtype = options.kv_dtype.value_or(options.weight_dtype);
   ASSIGN_OR_RETURN(engine->kv_,
                    KvCache::Create(layout, options.kv_cache_bytes));
+  if (options.enable_prefix_caching) {
+    engine->kv_->EnablePrefixCache(
+        PrefixHashRoot(engine->fingerprint_, layout.dtype, layout.block_size));
+  }
   return engine;
 }
 
@@ -79,6 +83,43 @@ absl::Status Engine::Reserve(SeqId seq, int total_tokens) {
 int Engine::SequenceLength(SeqId seq) const { return kv_->Length(seq); }
 
 void Engine::FreeSequence(SeqId seq) { kv_->Free(seq); }
+
+absl::StatusOr<int> Engine::AttachCachedPrefix(
+    SeqId seq, absl::Span<const int32_t> prompt) {
+  const int max_tokens = static_cast<int>(prompt.size()) - 1;
+  if (max_tokens < kv_->layout().block_size) {
+    // Too short to reuse a block; still validates the sequence.
+    if (kv_->Length(seq) < 0) {
+      return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+    }
+    return 0;
+  }
+  return kv_->AttachPrefix(seq, prompt, max_tokens);
+}
+
+absl::Status Engine::PublishPrefix(SeqId seq,
+                                   absl::Span<const int32_t> tokens) {
+  if (static_cast<int>(tokens.size()) > kv_->Length(seq)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        tokens.size(), " tokens named, the sequence holds ", kv_->Length(seq)));
+  }
+  return kv_->RecordTokens(seq, 0, tokens);
+}
+
+std::vector<BlockHash> Engine::PrefixBlockHashes(
+    absl::Span<const int32_t> tokens, int max_blocks) const {
+  return FullBlockHashes(PrefixHashRoot(fingerprint_, kv_->layout().dtype,
+                                        kv_->layout().block_size),
+                         tokens, kv_->layout().block_size, max_blocks);
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s;
+  s.forward_passes = forward_passes_;
+  s.forward_tokens = forward_tokens_;
+  s.prefix = kv_->prefix_stats();
+  return s;
+}
 
 absl::Status Engine::Forward(
     absl::Span<const ForwardItem> items, std::vector<float>* logits,
@@ -140,8 +181,14 @@ absl::Status Engine::Forward(
     for (const RunnerItem& item : runner_items) {
       (void)kv_->SetLength(item.seq, item.start_pos);
     }
+    return status;
   }
-  return status;
+  ++forward_passes_;
+  forward_tokens_ += total;
+  for (const RunnerItem& item : runner_items) {
+    RETURN_IF_ERROR(kv_->RecordTokens(item.seq, item.start_pos, item.tokens));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,

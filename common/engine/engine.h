@@ -34,6 +34,16 @@ struct EngineOptions {
   int num_threads = 0;          // 0 = all cores
   int max_batch_tokens = 2048;  // tokens per Forward; sizes workspaces once
   uint64_t synthetic_seed = 0;
+  // Registers full KV blocks of computed sequences so that later prompts
+  // sharing the prefix can attach them (AttachCachedPrefix).
+  bool enable_prefix_caching = true;
+};
+
+// Cumulative engine counters.
+struct EngineStats {
+  int64_t forward_passes = 0;
+  int64_t forward_tokens = 0;  // tokens computed (prefill chunks + decodes)
+  PrefixCacheStats prefix;     // lookups, hits, evictions, cached blocks
 };
 
 // Runs one model over a paged KV pool. NOT thread-safe: one thread drives it
@@ -52,7 +62,10 @@ class Engine {
   const EngineOptions& options() const { return options_; }
   KvLayout kv_layout() const { return kv_->layout(); }
   int64_t total_blocks() const { return kv_->total_blocks(); }
+  // Free = blank or cached-but-unreferenced (evictable); used = referenced
+  // by a live sequence. A leak check asserts used_blocks() == 0.
   int64_t free_blocks() const { return kv_->free_blocks(); }
+  int64_t used_blocks() const { return kv_->used_blocks(); }
   int64_t BlocksFor(int64_t tokens) const { return kv_->BlocksFor(tokens); }
   // Bytes of weights held (packed/converted copy), for memory accounting.
   int64_t weight_bytes() const;
@@ -65,6 +78,22 @@ class Engine {
   absl::Status Reserve(SeqId seq, int total_tokens);  // RESOURCE_EXHAUSTED
   int SequenceLength(SeqId seq) const;                // -1 if unknown
   void FreeSequence(SeqId seq);                       // idempotent
+
+  // Prefix caching. For a new (empty) sequence: shares the longest run of
+  // cached full blocks matching the start of `prompt`, always leaving at
+  // least one token to compute (so the pass yields logits), and returns the
+  // number of tokens reused (0 when disabled or on a miss); the caller then
+  // runs Forward on prompt[reused:]. Reused KV is bit-identical to computed.
+  absl::StatusOr<int> AttachCachedPrefix(SeqId seq,
+                                         absl::Span<const int32_t> prompt);
+  // Forward registers every full block it completes; sequences whose KV was
+  // imported (ImportLayerKv) name their tokens here to make it attachable.
+  absl::Status PublishPrefix(SeqId seq, absl::Span<const int32_t> tokens);
+  // Chained hashes of the first full blocks of `tokens` as this engine's
+  // prefix cache keys them (for prefix-aware routing).
+  std::vector<BlockHash> PrefixBlockHashes(absl::Span<const int32_t> tokens,
+                                           int max_blocks = -1) const;
+  EngineStats stats() const;
 
   // One item of a forward pass: appends `tokens` at positions [len, len+n)
   // of `seq` (prefill: many; decode: one; a chunk of a long prompt: some).
@@ -102,6 +131,8 @@ class Engine {
   std::string fingerprint_;
   std::unique_ptr<KvCache> kv_;
   std::unique_ptr<ModelRunner> runner_;
+  int64_t forward_passes_ = 0;
+  int64_t forward_tokens_ = 0;
 };
 
 // Parses "512MiB", "2GiB", "1000000", "1.5GB" (bytes) or a fraction in (0, 1)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace pdserve {
@@ -13,12 +14,19 @@ struct GenerationScheduler::Request {
   TokenCallback callback;
   SeqId seq = -1;         // -1 until admitted (or given by SubmitWithKv)
   bool imported = false;  // prompt KV arrived from elsewhere
-  int prefilled = 0;      // prompt tokens whose KV is in the cache
+  // Tokens whose KV must be in the cache before the next sample: the prompt,
+  // or prompt + output after a preemption (the re-prefill).
+  std::vector<int32_t> context;
+  int prefilled = 0;  // tokens of `context` whose KV is in the cache
   std::vector<int32_t> output;
   int32_t next_input = -1;  // sampled token to feed at the next decode step
   bool finished = false;
+  int step_tokens = 0;  // tokens planned for the current step
 
   int prompt_len() const { return static_cast<int>(req.prompt_ids.size()); }
+  bool prefilling() const {
+    return prefilled < static_cast<int>(context.size());
+  }
   void Finish(TokenEvent event) {
     event.finished = true;
     finished = true;
@@ -109,9 +117,16 @@ absl::Status GenerationScheduler::ValidateRequest(
   return absl::OkStatus();
 }
 
-GenerationScheduler::RequestId GenerationScheduler::Enqueue(
+absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Enqueue(
     std::unique_ptr<Request> request) {
   absl::MutexLock lock(&mu_);
+  if (options_.max_waiting > 0 &&
+      static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+    ++counters_.rejected;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("scheduler queue full: ", waiting_.size(),
+                     " requests waiting (max ", options_.max_waiting, ")"));
+  }
   request->id = next_id_++;
   ++outstanding_;
   const RequestId id = request->id;
@@ -125,6 +140,7 @@ absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Submit(
   if (!valid.ok()) return valid;
   auto r = std::make_unique<Request>();
   r->req = std::move(request);
+  r->context = r->req.prompt_ids;
   r->callback = std::move(callback);
   return Enqueue(std::move(r));
 }
@@ -143,6 +159,7 @@ GenerationScheduler::SubmitWithKv(GenerationRequest request, SeqId seq,
   r->callback = std::move(callback);
   r->seq = seq;
   r->imported = true;
+  r->context = r->req.prompt_ids;
   r->prefilled = r->prompt_len();
   r->output.push_back(first_token);
   r->next_input = first_token;
@@ -168,8 +185,10 @@ void GenerationScheduler::WithEngine(const std::function<void(Engine&)>& fn) {
 void GenerationScheduler::WaitIdle() {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
-      +[](GenerationScheduler* s)
-           ABSL_NO_THREAD_SAFETY_ANALYSIS { return s->outstanding_ == 0; },
+      +[](GenerationScheduler* s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        // Finished sequences are retired (blocks freed) too.
+        return s->outstanding_ == 0 && s->num_running_ == 0;
+      },
       this));
 }
 
@@ -181,6 +200,14 @@ int GenerationScheduler::num_running() const {
 int GenerationScheduler::num_waiting() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int>(waiting_.size());
+}
+
+SchedulerStats GenerationScheduler::stats() const {
+  absl::MutexLock lock(&mu_);
+  SchedulerStats s = counters_;
+  s.running = num_running_;
+  s.waiting = static_cast<int>(waiting_.size());
+  return s;
 }
 
 void GenerationScheduler::Loop() {
@@ -198,7 +225,11 @@ void GenerationScheduler::Loop() {
     bool progressed;
     {
       absl::MutexLock engine_lock(&engine_mu_);
+      const absl::Time step_start = absl::Now();
       progressed = Step();
+      if (progressed && options_.on_step) {
+        options_.on_step(absl::ToDoubleSeconds(absl::Now() - step_start));
+      }
     }
     if (!progressed) {
       // Waiting requests that do not fit yet: wait for a change or retry.
@@ -245,106 +276,46 @@ bool GenerationScheduler::Step() {
       Finish(*r, EndEvent("cancelled"));
     }
   }
+  Retire();
 
-  // 2. Admission (FIFO): blocks for prompt + max_tokens are reserved up front
-  // so a running sequence never runs out of KV.
-  std::vector<std::unique_ptr<Request>> failed;
-  {
-    absl::MutexLock lock(&mu_);
-    while (!waiting_.empty() &&
-           static_cast<int>(running_.size()) < options_.max_num_seqs) {
-      Request& r = *waiting_.front();
-      const int total = r.prompt_len() + r.req.stop.max_tokens;
-      if (r.seq < 0) {
-        absl::StatusOr<SeqId> seq = engine_->CreateSequence();
-        if (!seq.ok()) break;
-        r.seq = *seq;
-      }
-      absl::Status reserved = engine_->Reserve(r.seq, total);
-      if (!reserved.ok()) {
-        if (reserved.code() == absl::StatusCode::kResourceExhausted) {
-          if (!r.imported) {
-            engine_->FreeSequence(r.seq);
-            r.seq = -1;
-          }
-          break;  // wait for blocks to be freed
-        }
-        failed.push_back(std::move(waiting_.front()));
-        waiting_.pop_front();
-        continue;
-      }
-      if (r.imported && engine_->SequenceLength(r.seq) != r.prompt_len()) {
-        failed.push_back(std::move(waiting_.front()));
-        waiting_.pop_front();
-        continue;
-      }
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-      progressed = true;
-    }
-    // Counted as running before leaving `waiting_` is visible (WaitIdle).
-    num_running_ = static_cast<int>(running_.size());
-  }
-  for (auto& r : failed) {
-    absl::Status status =
-        r->imported && r->seq >= 0 &&
-                engine_->SequenceLength(r->seq) != r->prompt_len()
-            ? absl::FailedPreconditionError(absl::StrCat(
-                  "imported sequence holds ", engine_->SequenceLength(r->seq),
-                  " tokens of KV, the prompt has ", r->prompt_len()))
-            : absl::InvalidArgumentError("request cannot be admitted");
-    if (r->seq >= 0) engine_->FreeSequence(r->seq);
-    Finish(*r, EndEvent("error", status));
-  }
-  // An imported request may already be complete (max_tokens == 1).
-  for (auto& r : running_) {
-    if (!r->finished &&
-        static_cast<int>(r->output.size()) >= r->req.stop.max_tokens) {
-      Finish(*r, EndEvent("length"));
-    }
-  }
+  // 2. Admission, then 3. the step's plan with on-demand KV growth.
+  progressed |= Admit();
+  progressed |= PlanAndReserve();
 
-  // 3. The batch: one token for every decoding sequence, then prompt chunks
-  // within the token budget.
+  // 4. One Forward: a token for every decoding sequence, prompt chunks.
   std::vector<Engine::ForwardItem> items;
   std::vector<Request*> owners;
-  int budget = max_batch_tokens_;
   for (auto& r : running_) {
-    if (r->finished || r->prefilled < r->prompt_len() || budget <= 0) continue;
-    items.push_back({r->seq, absl::MakeConstSpan(&r->next_input, 1), true});
-    owners.push_back(r.get());
-    --budget;
-  }
-  std::vector<int> chunk_sizes(owners.size(), 0);
-  for (auto& r : running_) {
-    if (r->finished || r->prefilled >= r->prompt_len() || budget <= 0) continue;
-    int n = std::min(r->prompt_len() - r->prefilled, budget);
-    if (options_.prefill_chunk_tokens > 0) {
-      n = std::min(n, options_.prefill_chunk_tokens);
+    if (r->step_tokens == 0 || r->finished) continue;
+    if (r->prefilling()) {
+      const bool last =
+          r->prefilled + r->step_tokens == static_cast<int>(r->context.size());
+      items.push_back({r->seq,
+                       absl::MakeConstSpan(r->context.data() + r->prefilled,
+                                           r->step_tokens),
+                       last});
+    } else {
+      items.push_back({r->seq, absl::MakeConstSpan(&r->next_input, 1), true});
     }
-    const bool last = r->prefilled + n == r->prompt_len();
-    items.push_back(
-        {r->seq,
-         absl::MakeConstSpan(r->req.prompt_ids.data() + r->prefilled, n),
-         last});
     owners.push_back(r.get());
-    chunk_sizes.push_back(n);
-    budget -= n;
   }
-
   if (!items.empty()) {
     progressed = true;
     absl::Status status = engine_->Forward(items, &logits_);
     const int vocab = engine_->config().vocab_size;
+    int64_t prefill_tokens = 0, decode_tokens = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       Request& r = *owners[i];
       if (!status.ok()) {
         Finish(r, EndEvent("error", status));
         continue;
       }
-      if (chunk_sizes[i] > 0) {
-        r.prefilled += chunk_sizes[i];
+      if (r.prefilling()) {
+        r.prefilled += r.step_tokens;
+        prefill_tokens += r.step_tokens;
         if (!items[i].want_logits) continue;
+      } else {
+        ++decode_tokens;
       }
       const int64_t position =
           r.prompt_len() + static_cast<int64_t>(r.output.size());
@@ -375,9 +346,16 @@ bool GenerationScheduler::Step() {
         r.callback(event);
       }
     }
+    absl::MutexLock lock(&mu_);
+    counters_.prefill_tokens_computed += prefill_tokens;
+    counters_.decode_tokens += decode_tokens;
   }
 
-  // 4. Retire finished sequences.
+  // 5. Retire finished sequences.
+  return Retire() || progressed;
+}
+
+bool GenerationScheduler::Retire() {
   int removed = 0;
   for (auto& r : running_) {
     if (r->finished) {
@@ -390,11 +368,160 @@ bool GenerationScheduler::Step() {
                                   return r->finished;
                                 }),
                  running_.end());
+  absl::MutexLock lock(&mu_);
+  num_running_ = static_cast<int>(running_.size());
+  return removed > 0;
+}
+
+bool GenerationScheduler::Admit() {
+  bool admitted = false;
+  std::vector<std::pair<std::unique_ptr<Request>, absl::Status>> failed;
+  int64_t hit_tokens = 0;
   {
     absl::MutexLock lock(&mu_);
+    while (!waiting_.empty() &&
+           static_cast<int>(running_.size()) < options_.max_num_seqs) {
+      Request& r = *waiting_.front();
+      const int total = r.prompt_len() + r.req.stop.max_tokens;
+      absl::Status status;
+      if (r.imported) {
+        // The KV is already here (and was reserved by its receiver).
+        if (options_.reserve_full_request) {
+          status = engine_->Reserve(r.seq, total);
+          if (status.code() == absl::StatusCode::kResourceExhausted) break;
+        }
+        if (status.ok() && engine_->SequenceLength(r.seq) != r.prompt_len()) {
+          status = absl::FailedPreconditionError(absl::StrCat(
+              "imported sequence holds ", engine_->SequenceLength(r.seq),
+              " tokens of KV, the prompt has ", r.prompt_len()));
+        }
+      } else {
+        if (r.seq < 0) r.seq = *engine_->CreateSequence();
+        int reused = 0;
+        if (options_.use_prefix_cache) {
+          absl::StatusOr<int> attached =
+              engine_->AttachCachedPrefix(r.seq, r.context);
+          if (attached.ok()) {
+            reused = *attached;
+          } else {
+            status = attached.status();
+          }
+        }
+        const int need_tokens = options_.reserve_full_request
+                                    ? total
+                                    : static_cast<int>(r.context.size());
+        const int64_t need =
+            engine_->BlocksFor(need_tokens) - engine_->BlocksFor(reused);
+        const int64_t watermark =
+            running_.empty() ? 0
+                             : static_cast<int64_t>(options_.kv_watermark *
+                                                    engine_->total_blocks());
+        if (status.ok() && engine_->free_blocks() - need < watermark) {
+          engine_->FreeSequence(r.seq);  // attached blocks stay cached
+          r.seq = -1;
+          break;  // FIFO: wait for blocks to be freed
+        }
+        if (status.ok()) status = engine_->Reserve(r.seq, need_tokens);
+        if (status.code() == absl::StatusCode::kResourceExhausted) {
+          engine_->FreeSequence(r.seq);
+          r.seq = -1;
+          break;
+        }
+        r.prefilled = reused;
+        hit_tokens += reused;
+      }
+      if (!status.ok()) {
+        failed.emplace_back(std::move(waiting_.front()), status);
+        waiting_.pop_front();
+        continue;
+      }
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      admitted = true;
+    }
+    // Counted as running before leaving `waiting_` is visible (WaitIdle).
     num_running_ = static_cast<int>(running_.size());
+    counters_.prefix_hit_tokens += hit_tokens;
   }
-  return progressed || removed > 0;
+  for (auto& [r, status] : failed) {
+    if (r->seq >= 0) engine_->FreeSequence(r->seq);
+    Finish(*r, EndEvent("error", status));
+  }
+  // An imported request may already be complete (max_tokens == 1).
+  for (auto& r : running_) {
+    if (!r->finished &&
+        static_cast<int>(r->output.size()) >= r->req.stop.max_tokens) {
+      Finish(*r, EndEvent("length"));
+    }
+  }
+  return admitted || !failed.empty();
+}
+
+bool GenerationScheduler::PlanAndReserve() {
+  // Decoding sequences first (one token each), then prompt chunks.
+  int budget = max_batch_tokens_;
+  for (auto& r : running_) {
+    r->step_tokens = 0;
+    if (r->finished || r->prefilling() || budget <= 0) continue;
+    r->step_tokens = 1;
+    --budget;
+  }
+  for (auto& r : running_) {
+    if (r->finished || !r->prefilling() || budget <= 0) continue;
+    int n =
+        std::min(static_cast<int>(r->context.size()) - r->prefilled, budget);
+    if (options_.prefill_chunk_tokens > 0) {
+      n = std::min(n, options_.prefill_chunk_tokens);
+    }
+    r->step_tokens = n;
+    budget -= n;
+  }
+  // KV on demand, oldest first; the newest sequences make room.
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request& r = *running_[i];
+    if (r.step_tokens == 0) continue;
+    const int want = engine_->SequenceLength(r.seq) + r.step_tokens;
+    for (;;) {
+      absl::Status status = engine_->Reserve(r.seq, want);
+      if (status.ok()) break;
+      if (status.code() != absl::StatusCode::kResourceExhausted) {
+        r.step_tokens = 0;
+        Finish(r, EndEvent("error", status));
+        break;
+      }
+      if (running_.size() == 1) {
+        // Alone and still short: blocks are held outside the scheduler
+        // (e.g. KV being received); wait for them.
+        r.step_tokens = 0;
+        break;
+      }
+      const size_t victim = running_.size() - 1;
+      Preempt(victim);
+      preempted = true;
+      if (victim == i) break;  // `r` itself was the newest
+    }
+  }
+  return preempted;
+}
+
+void GenerationScheduler::Preempt(size_t index) {
+  std::unique_ptr<Request> r = std::move(running_[index]);
+  running_.erase(running_.begin() + index);
+  // Its registered full blocks stay cached: the re-prefill may reattach them.
+  engine_->FreeSequence(r->seq);
+  r->seq = -1;
+  r->imported = false;
+  r->context = r->req.prompt_ids;
+  r->context.insert(r->context.end(), r->output.begin(), r->output.end());
+  r->prefilled = 0;
+  r->step_tokens = 0;
+  absl::MutexLock lock(&mu_);
+  ++counters_.preemptions;
+  // Ahead of new requests; a later preemption (an older sequence) goes
+  // in front of an earlier one.
+  waiting_.push_front(std::move(r));
+  num_running_ = static_cast<int>(running_.size());
 }
 
 }  // namespace pdserve

@@ -1,9 +1,14 @@
 // GenerationScheduler: in-process continuous batching over one Engine. It owns
-// a thread that, at every step, runs one Forward over every running sequence
-// (one decode token each) plus pending prompts (chunked) within the token
-// budget, samples, and reports each generated token through the request's
-// callback. Thread-safe: Submit/Cancel/WithEngine may be called from any
-// thread; callbacks run on the scheduler thread.
+// a thread that, at every step, admits waiting requests (FIFO, up to
+// max_num_seqs, while free KV stays above a watermark, reusing cached prefix
+// blocks), runs one Forward over every running sequence (one decode token
+// each) plus pending prompts (chunked) within the token budget, samples, and
+// reports each generated token through the request's callback. KV grows on
+// demand; when blocks run out the newest sequence is preempted (blocks freed,
+// requeued, later re-prefilled with prompt + its output so far: the
+// position-keyed sampling keeps its stream exact). Thread-safe: Submit/
+// Cancel/WithEngine/stats may be called from any thread; callbacks run on
+// the scheduler thread.
 #ifndef PDSERVE_COMMON_ENGINE_SCHEDULER_H_
 #define PDSERVE_COMMON_ENGINE_SCHEDULER_H_
 
@@ -48,9 +53,38 @@ struct TokenEvent {
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
 struct SchedulerOptions {
-  int max_num_seqs = 64;         // running sequences at most
+  int max_num_seqs = 64;         // running sequences at most (batch size)
   int max_batch_tokens = 0;      // 0 = the engine's max_batch_tokens
   int prefill_chunk_tokens = 0;  // 0 = no chunk limit beyond the budget
+  // A new request is admitted only while the free blocks left after its
+  // prompt's stay >= this fraction of the pool (headroom for the running
+  // sequences' growth); the first running sequence is exempt.
+  double kv_watermark = 0.01;
+  // The old behaviour: reserve prompt + max_tokens blocks at admission, so a
+  // running sequence never needs more and is never preempted.
+  bool reserve_full_request = false;
+  // Attach cached prefix blocks at admission (and at re-admission after a
+  // preemption), computing only the rest of the prompt.
+  bool use_prefix_cache = true;
+  // Optional (metrics): called on the scheduler thread after every step that
+  // made progress, with its wall time; the engine is idle meanwhile. Must be
+  // quick and must not call Submit/Cancel/WithEngine.
+  std::function<void(double step_seconds)> on_step;
+  // Requests queued (not yet admitted) at most; beyond, Submit and
+  // SubmitWithKv answer RESOURCE_EXHAUSTED. 0 = unbounded. Preempted
+  // requests always requeue.
+  int max_waiting = 0;
+};
+
+// A snapshot of the scheduler's queues and cumulative counters.
+struct SchedulerStats {
+  int running = 0;
+  int waiting = 0;  // queued, including preempted requests
+  int64_t preemptions = 0;
+  int64_t prefill_tokens_computed = 0;  // prompt (and re-prefill) tokens run
+  int64_t prefix_hit_tokens = 0;        // prompt tokens reused from the cache
+  int64_t decode_tokens = 0;            // single-token decode items run
+  int64_t rejected = 0;                 // submissions refused (queue full)
 };
 
 class GenerationScheduler {
@@ -61,8 +95,9 @@ class GenerationScheduler {
   GenerationScheduler(Engine* engine, const SchedulerOptions& options);
   ~GenerationScheduler();  // cancels everything left and joins the thread
 
-  // Queues a request; its blocks (prompt + max_tokens) are reserved when it
-  // is admitted. Invalid requests fail at once (INVALID_ARGUMENT).
+  // Queues a request; its prompt's blocks are reserved when it is admitted
+  // (prompt + max_tokens with reserve_full_request). Invalid requests fail at
+  // once (INVALID_ARGUMENT); a full queue (max_waiting) is RESOURCE_EXHAUSTED.
   absl::StatusOr<RequestId> Submit(GenerationRequest request,
                                    TokenCallback callback);
   // Admits a sequence whose prompt KV is already in the engine (imported from
@@ -79,21 +114,32 @@ class GenerationScheduler {
   // Runs fn on the engine between steps (e.g. KV imports from another
   // thread); blocks until done.
   void WithEngine(const std::function<void(Engine&)>& fn);
-  // Blocks until every submitted request has had its final event.
+  // Blocks until every submitted request has had its final event and its
+  // blocks are freed.
   void WaitIdle();
 
   int num_running() const;
   int num_waiting() const;
+  SchedulerStats stats() const;
 
  private:
   struct Request;
   absl::Status ValidateRequest(GenerationRequest* request) const;
-  RequestId Enqueue(std::unique_ptr<Request> request);
+  absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
   // Delivers the final event, then counts the request as done (WaitIdle).
   void Finish(Request& r, TokenEvent event);
   void Loop();
   // Cancellations, admissions, one Forward, sampling; false when nothing ran.
   bool Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Admits waiting requests while they fit; true when one was admitted.
+  bool Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Plans each running sequence's tokens for this step within the budget and
+  // grows its KV, preempting the newest sequences when blocks run out.
+  bool PlanAndReserve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Frees the KV of running_[index] and requeues it at the front.
+  void Preempt(size_t index) ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Frees finished sequences; true when one was removed.
+  bool Retire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
 
   Engine* const engine_;
   const SchedulerOptions options_;
@@ -106,6 +152,7 @@ class GenerationScheduler {
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, final event not sent
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // cumulative fields only
 
   // Held by the loop while it drives the engine, and by WithEngine.
   absl::Mutex engine_mu_ ABSL_ACQUIRED_BEFORE(mu_);

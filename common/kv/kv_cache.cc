@@ -57,6 +57,7 @@ KvCache::KvCache(const KvLayout& layout, int64_t num_blocks, char* base,
       mapped_bytes_(mapped_bytes),
       row_bytes_(int64_t{layout.num_kv_heads} * layout.head_dim *
                  DTypeSize(layout.dtype)) {
+  info_.resize(num_blocks);
   free_list_.reserve(num_blocks);
   // Pop from the back: lowest block ids are handed out first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) {
@@ -91,11 +92,41 @@ absl::Status KvCache::Reserve(SeqId seq, int total_tokens) {
                      " more blocks for ", total_tokens, " tokens, ",
                      free_blocks(), " of ", num_blocks_, " free"));
   }
-  for (int64_t i = 0; i < extra; ++i) {
-    blocks.push_back(free_list_.back());
-    free_list_.pop_back();
-  }
+  for (int64_t i = 0; i < extra; ++i) blocks.push_back(AllocateBlock());
   return absl::OkStatus();
+}
+
+int32_t KvCache::AllocateBlock() {
+  int32_t block;
+  if (!free_list_.empty()) {
+    block = free_list_.back();
+    free_list_.pop_back();
+  } else {
+    block = lru_.front();
+    lru_.pop_front();
+    Unregister(block);
+    ++stats_.evictions;
+  }
+  info_[block].refs = 1;
+  return block;
+}
+
+void KvCache::Unregister(int32_t block) {
+  BlockInfo& b = info_[block];
+  if (!b.hashed) return;
+  auto it = cached_.find(b.hash);
+  if (it != cached_.end() && it->second == block) cached_.erase(it);
+  b.hashed = false;
+}
+
+void KvCache::ReleaseBlock(int32_t block) {
+  BlockInfo& b = info_[block];
+  if (--b.refs > 0) return;
+  if (b.hashed) {
+    b.lru_pos = lru_.insert(lru_.end(), block);
+  } else {
+    free_list_.push_back(block);
+  }
 }
 
 int KvCache::Length(SeqId seq) const {
@@ -121,15 +152,123 @@ absl::Status KvCache::SetLength(SeqId seq, int length) {
     return absl::OutOfRangeError(absl::StrCat(
         "sequence length ", length, " outside [0, capacity ", capacity, "]"));
   }
-  it->second.length = length;
+  Sequence& s = it->second;
+  // Registered blocks that are no longer entirely below `length` would be
+  // rewritten: refuse for shared ones, unregister the sequence's own.
+  const size_t keep_blocks = static_cast<size_t>(length / layout_.block_size);
+  for (size_t k = keep_blocks; k < s.hashes.size(); ++k) {
+    if (info_[s.blocks[k]].refs > 1) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence length ", length,
+                       " would rewrite shared cached block ", k));
+    }
+  }
+  for (size_t k = keep_blocks; k < s.hashes.size(); ++k) {
+    Unregister(s.blocks[k]);
+  }
+  if (s.hashes.size() > keep_blocks) s.hashes.resize(keep_blocks);
+  if (static_cast<int>(s.tokens.size()) > length) s.tokens.resize(length);
+  s.length = length;
   return absl::OkStatus();
 }
 
 void KvCache::Free(SeqId seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;
-  for (int32_t b : it->second.blocks) free_list_.push_back(b);
+  // Last block first: a chain's tail is evicted before its head.
+  const std::vector<int32_t>& blocks = it->second.blocks;
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) ReleaseBlock(*b);
   seqs_.erase(it);
+}
+
+void KvCache::EnablePrefixCache(const BlockHash& root) {
+  prefix_enabled_ = true;
+  prefix_root_ = root;
+}
+
+absl::StatusOr<int> KvCache::AttachPrefix(SeqId seq,
+                                          absl::Span<const int32_t> tokens,
+                                          int max_tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  }
+  Sequence& s = it->second;
+  if (!s.blocks.empty() || s.length != 0) {
+    return absl::FailedPreconditionError(
+        "a cached prefix attaches only to an empty sequence");
+  }
+  if (!prefix_enabled_) return 0;
+  max_tokens = std::min<int>(max_tokens, static_cast<int>(tokens.size()));
+  ++stats_.queries;
+  stats_.query_tokens += tokens.size();
+  const int bs = layout_.block_size;
+  BlockHash h = prefix_root_;
+  for (int k = 0; (k + 1) * bs <= max_tokens; ++k) {
+    h = ChainBlockHash(h, tokens.subspan(k * bs, bs));
+    auto found = cached_.find(h);
+    if (found == cached_.end()) break;
+    const int32_t block = found->second;
+    BlockInfo& b = info_[block];
+    if (b.refs == 0) lru_.erase(b.lru_pos);
+    ++b.refs;
+    s.blocks.push_back(block);
+    s.hashes.push_back(h);
+  }
+  s.length = static_cast<int>(s.blocks.size()) * bs;
+  s.tokens.assign(tokens.begin(), tokens.begin() + s.length);
+  s.tracked = true;
+  stats_.hit_tokens += s.length;
+  return s.length;
+}
+
+absl::Status KvCache::RecordTokens(SeqId seq, int start,
+                                   absl::Span<const int32_t> tokens) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  }
+  Sequence& s = it->second;
+  if (!prefix_enabled_ || !s.tracked) return absl::OkStatus();
+  if (start < 0 || start > static_cast<int>(s.tokens.size())) {
+    s.tracked = false;  // a gap: the tokens of some positions are unknown
+    return absl::OkStatus();
+  }
+  if (start < static_cast<int>(s.hashes.size()) * layout_.block_size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tokens at ", start, " would rewrite a registered block"));
+  }
+  s.tokens.resize(start);
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
+  RegisterFullBlocks(s);
+  return absl::OkStatus();
+}
+
+void KvCache::RegisterFullBlocks(Sequence& s) {
+  const int bs = layout_.block_size;
+  const int covered = std::min<int>(s.length, s.tokens.size());
+  while (static_cast<int>(s.hashes.size() + 1) * bs <= covered) {
+    const size_t k = s.hashes.size();
+    const BlockHash h =
+        ChainBlockHash(k == 0 ? prefix_root_ : s.hashes.back(),
+                       absl::MakeConstSpan(s.tokens).subspan(k * bs, bs));
+    s.hashes.push_back(h);
+    BlockInfo& b = info_[s.blocks[k]];
+    if (b.hashed) continue;  // attached from the cache: same content
+    // Another block may already hold this content (computed concurrently):
+    // keep the first, this one stays private and is freed normally.
+    if (cached_.emplace(h, s.blocks[k]).second) {
+      b.hashed = true;
+      b.hash = h;
+    }
+  }
+}
+
+PrefixCacheStats KvCache::prefix_stats() const {
+  PrefixCacheStats st = stats_;
+  st.cached_blocks = static_cast<int64_t>(cached_.size());
+  st.evictable_blocks = static_cast<int64_t>(lru_.size());
+  return st;
 }
 
 const std::vector<int32_t>* KvCache::BlockTable(SeqId seq) const {
@@ -210,6 +349,14 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
                      ") outside the sequence's capacity ", capacity));
   }
   const int64_t n = end - begin;
+  for (int k = begin / layout_.block_size;
+       n > 0 && k <= (end - 1) / layout_.block_size; ++k) {
+    if (info_[it->second.blocks[k]].hashed) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("import range [", begin, ", ", end,
+                       ") touches a registered prefix block (immutable)"));
+    }
+  }
   if (static_cast<int64_t>(bytes.size()) != 2 * n * row_bytes_) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV import of ", n, " tokens expects ", 2 * n * row_bytes_,

@@ -1,11 +1,20 @@
 // Paged KV cache: a fixed pool of blocks (block_size tokens x all layers x K
 // and V) carved once from a byte budget, per-sequence block tables, explicit
-// free, and per-layer export/import of a sequence's KV as contiguous bytes
-// (the KV wire layout). Not thread-safe: the engine's driving thread owns it.
+// free, per-layer export/import of a sequence's KV as contiguous bytes (the KV
+// wire layout), and a prefix cache of full blocks (ref-counted, shared
+// read-only, LRU-evicted once unreferenced). Not thread-safe: the engine's
+// driving thread owns it.
+//
+// Block states: a block is IN USE while at least one live sequence references
+// it; otherwise it is FREE, either blank (free list) or CACHED (it holds a
+// registered full prefix block and sits in the LRU, evictable). free_blocks()
+// counts both kinds of free blocks: a leak check asserts
+// free_blocks() == total_blocks() (equivalently used_blocks() == 0).
 #ifndef PDSERVE_COMMON_KV_KV_CACHE_H_
 #define PDSERVE_COMMON_KV_KV_CACHE_H_
 
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -14,11 +23,23 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/kv/prefix_hash.h"
 #include "common/model/dtype.h"
 
 namespace pdserve {
 
 using SeqId = int64_t;
+
+// Prefix-cache counters (cumulative, except the two block gauges).
+struct PrefixCacheStats {
+  int64_t queries = 0;           // AttachPrefix calls
+  int64_t query_tokens = 0;      // tokens offered to AttachPrefix
+  int64_t hit_tokens = 0;        // tokens whose KV came from cached blocks
+  int64_t evictions = 0;         // cached blocks reclaimed for new data
+  int64_t cached_blocks = 0;     // blocks holding a registered prefix now
+  int64_t evictable_blocks = 0;  // of those, unreferenced (in the LRU)
+};
 
 struct KvLayout {
   int num_layers = 0;
@@ -43,21 +64,47 @@ class KvCache {
 
   const KvLayout& layout() const { return layout_; }
   int64_t total_blocks() const { return num_blocks_; }
+  // Blank plus cached-but-unreferenced blocks: what Reserve can hand out.
   int64_t free_blocks() const {
-    return static_cast<int64_t>(free_list_.size());
+    return static_cast<int64_t>(free_list_.size() + lru_.size());
   }
+  // Blocks referenced by at least one live sequence.
+  int64_t used_blocks() const { return num_blocks_ - free_blocks(); }
   // Blocks needed to hold `tokens` tokens.
   int64_t BlocksFor(int64_t tokens) const;
 
   SeqId CreateSequence();
   bool Contains(SeqId seq) const { return seqs_.count(seq) > 0; }
   // Grows the sequence's capacity to at least total_tokens (all or nothing);
-  // RESOURCE_EXHAUSTED when the pool lacks free blocks.
+  // RESOURCE_EXHAUSTED when the pool lacks free blocks. Blank blocks are used
+  // first, then the least recently used cached ones are evicted.
   absl::Status Reserve(SeqId seq, int total_tokens);
-  int Length(SeqId seq) const;                    // -1 for an unknown sequence
-  int Capacity(SeqId seq) const;                  // -1 for an unknown sequence
-  absl::Status SetLength(SeqId seq, int length);  // <= capacity
-  void Free(SeqId seq);                           // idempotent
+  int Length(SeqId seq) const;    // -1 for an unknown sequence
+  int Capacity(SeqId seq) const;  // -1 for an unknown sequence
+  // <= capacity. Shrinking into a block shared with another sequence is
+  // FAILED_PRECONDITION (cached blocks are immutable); shrinking into a
+  // registered block of this sequence alone unregisters it.
+  absl::Status SetLength(SeqId seq, int length);
+  // Drops the sequence's references; its registered blocks stay cached
+  // (evictable) once no sequence references them. Idempotent.
+  void Free(SeqId seq);
+
+  // ---- Prefix cache (no-ops until EnablePrefixCache).
+  void EnablePrefixCache(const BlockHash& root);
+  bool prefix_cache_enabled() const { return prefix_enabled_; }
+  const BlockHash& prefix_root() const { return prefix_root_; }
+  // For an empty sequence (no blocks): shares the longest run of cached full
+  // blocks matching tokens[0, max_tokens) and sets the length to the tokens
+  // covered, which it returns (0 on a miss or when disabled).
+  absl::StatusOr<int> AttachPrefix(SeqId seq, absl::Span<const int32_t> tokens,
+                                   int max_tokens);
+  // Records the token ids at positions [start, start + n) of `seq` (whose KV
+  // is written) and registers every block that became full: afterwards a
+  // matching prompt can attach it. A gap (start beyond the tokens recorded)
+  // stops tracking the sequence; overwriting positions truncates the record.
+  absl::Status RecordTokens(SeqId seq, int start,
+                            absl::Span<const int32_t> tokens);
+  PrefixCacheStats prefix_stats() const;
 
   // Address of the K (or V) vector row [kv_heads * head_dim] of token `pos`
   // of `seq` in `layer`; pos must be < capacity. For the kernels.
@@ -85,7 +132,8 @@ class KvCache {
   // [tokens][kv_heads][head_dim] in the KV dtype.
   absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
                            std::string* out) const;
-  // Writes the same layout; capacity must cover `end` (call Reserve first).
+  // Writes the same layout; capacity must cover `end` (call Reserve first);
+  // FAILED_PRECONDITION for a range touching a registered (immutable) block.
   absl::Status ImportLayer(SeqId seq, int layer, int begin, int end,
                            absl::string_view bytes);
 
@@ -93,9 +141,27 @@ class KvCache {
   struct Sequence {
     std::vector<int32_t> blocks;
     int length = 0;
+    // Prefix-cache tracking: token ids of positions [0, tokens.size()) and
+    // the chained hashes of the first hashes.size() full blocks.
+    bool tracked = true;
+    std::vector<int32_t> tokens;
+    std::vector<BlockHash> hashes;
+  };
+  // Per physical block.
+  struct BlockInfo {
+    int32_t refs = 0;
+    bool hashed = false;  // registered in cached_
+    BlockHash hash;
+    std::list<int32_t>::iterator lru_pos;  // valid when refs == 0 && hashed
   };
   KvCache(const KvLayout& layout, int64_t num_blocks, char* base,
           int64_t mapped_bytes);
+  // Takes a blank block, else evicts the LRU cached one; refs becomes 1.
+  int32_t AllocateBlock();
+  void ReleaseBlock(int32_t block);
+  void Unregister(int32_t block);
+  // Registers the sequence's blocks that its recorded tokens fill.
+  void RegisterFullBlocks(Sequence& s);
   char* Row(const std::vector<int32_t>& table, int layer, int pos,
             int kv) const;
 
@@ -103,8 +169,14 @@ class KvCache {
   int64_t num_blocks_;
   char* base_;
   int64_t mapped_bytes_;
-  int64_t row_bytes_;  // kv_heads * head_dim * dtype size
-  std::vector<int32_t> free_list_;
+  int64_t row_bytes_;               // kv_heads * head_dim * dtype size
+  std::vector<int32_t> free_list_;  // blank blocks
+  std::vector<BlockInfo> info_;
+  std::list<int32_t> lru_;  // cached, unreferenced: front = evicted first
+  std::unordered_map<BlockHash, int32_t, BlockHashHasher> cached_;
+  bool prefix_enabled_ = false;
+  BlockHash prefix_root_;
+  PrefixCacheStats stats_;
   std::unordered_map<SeqId, Sequence> seqs_;
   SeqId next_seq_ = 1;
 };

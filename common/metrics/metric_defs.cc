@@ -50,7 +50,8 @@ constexpr MetricDef kDefs[] = {
     {"pdserve_request_stage_seconds", kH, "router", "stage", "seconds",
      "Per-request stage durations, each measured by the process where the "
      "stage happens (router_queue, prefill_queue, prefill_compute, "
-     "kv_transfer, decode_admission, first_decode_step, decode)."},
+     "kv_transfer, kv_transfer_tail, decode_admission, first_decode_step, "
+     "decode); see docs/observability.md for the picture."},
     // Prefill worker (and decode worker for local prefill: role label).
     {"pdserve_prefill_queue_depth", kG, "prefill", "", "requests",
      "Prefill requests waiting to be batched."},
@@ -67,7 +68,9 @@ constexpr MetricDef kDefs[] = {
     {"pdserve_prefix_cache_queries_tokens_total", kC, "prefill|decode", "role",
      "tokens", "Prompt tokens looked up in the prefix cache."},
     {"pdserve_prefix_cache_hits_tokens_total", kC, "prefill|decode", "role",
-     "tokens", "Prompt tokens found in the prefix cache."},
+     "tokens",
+     "Prompt tokens found in the prefix cache (prefill workers have no "
+     "prefix cache yet: 0 there)."},
     {"pdserve_kv_pushed_bytes_total", kC, "prefill", "", "bytes",
      "KV cache payload bytes pushed to decode workers (acknowledged)."},
     {"pdserve_kv_push_seconds", kH, "prefill", "", "seconds",
@@ -76,7 +79,10 @@ constexpr MetricDef kDefs[] = {
      "bytes/second",
      "Achieved bandwidth of one KV push: bytes / push seconds."},
     {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
-     "Failed KV pushes, by reason (the lower-case status code name)."},
+     "KV pushes that did not complete, by reason (the lower-case status "
+     "code name; cancelled: the router or the client aborted the request). "
+     "A push dropped because its request ended at the first token is not "
+     "counted."},
     // KV pool: both worker roles have one.
     {"pdserve_kv_blocks_used", kG, "prefill|decode", "role", "blocks",
      "KV cache blocks in use."},
@@ -89,18 +95,23 @@ constexpr MetricDef kDefs[] = {
     {"pdserve_decode_running_sequences", kG, "decode", "", "sequences",
      "Sequences in the continuous batch."},
     {"pdserve_decode_waiting_sequences", kG, "decode", "", "sequences",
-     "Sequences whose KV is complete (or arriving) waiting for admission."},
+     "Sequences queued for admission into the batch (preempted ones "
+     "included)."},
     {"pdserve_decode_batch_size", kH, "decode", "", "sequences",
-     "Sequences in one decode step."},
+     "Decoding sequences in one scheduler step (steps that only prefill "
+     "colocated prompts are not observed)."},
     {"pdserve_decode_step_seconds", kH, "decode", "", "seconds",
-     "Wall time of one decode step (forward + sampling) of the whole batch."},
+     "Wall time of one scheduler step (forward + sampling) of the whole "
+     "batch."},
     {"pdserve_decode_generated_tokens_total", kC, "decode", "", "tokens",
-     "Tokens sampled by decode steps (the first token of a disaggregated "
-     "request is sampled by the prefill worker and not counted here)."},
+     "Output tokens the decode worker streamed to routers (the first token "
+     "of a disaggregated request is sampled by the prefill worker and not "
+     "counted here; that of a colocated request is)."},
     {"pdserve_kv_received_bytes_total", kC, "decode", "", "bytes",
      "KV cache payload bytes received and verified from prefill workers."},
     {"pdserve_decode_admission_wait_seconds", kH, "decode", "", "seconds",
-     "KV complete and claimed by the router to admission into the batch."},
+     "KV complete and claimed by the router to submission into the "
+     "continuous batch (the decode_admission stage)."},
     {"pdserve_decode_preemptions_total", kC, "decode", "", "preemptions",
      "Sequences preempted out of the batch for lack of KV blocks."},
     {"pdserve_kv_lease_expiries_total", kC, "decode", "", "leases",

@@ -6,8 +6,8 @@ namespace pdserve::metrics {
 namespace {
 
 constexpr const char* kStageNames[kNumStages] = {
-    "router_queue",     "prefill_queue",     "prefill_compute", "kv_transfer",
-    "decode_admission", "first_decode_step", "decode"};
+    "router_queue",     "prefill_queue",    "prefill_compute",   "kv_transfer",
+    "kv_transfer_tail", "decode_admission", "first_decode_step", "decode"};
 
 }  // namespace
 
@@ -24,9 +24,9 @@ std::optional<Stage> StageFromName(absl::string_view name) {
 
 const std::array<Stage, kNumStages>& AllStages() {
   static constexpr std::array<Stage, kNumStages> kAll = {
-      Stage::kRouterQueue, Stage::kPrefillQueue,    Stage::kPrefillCompute,
-      Stage::kKvTransfer,  Stage::kDecodeAdmission, Stage::kFirstDecodeStep,
-      Stage::kDecode};
+      Stage::kRouterQueue,     Stage::kPrefillQueue,   Stage::kPrefillCompute,
+      Stage::kKvTransfer,      Stage::kKvTransferTail, Stage::kDecodeAdmission,
+      Stage::kFirstDecodeStep, Stage::kDecode};
   return kAll;
 }
 

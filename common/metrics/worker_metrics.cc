@@ -149,10 +149,12 @@ void DecodeMetrics::SetWaiting(int64_t sequences) {
   waiting_.Set(static_cast<double>(sequences));
 }
 
-void DecodeMetrics::ObserveStep(int64_t batch_size, double seconds,
-                                int64_t tokens) {
-  batch_size_.Observe(static_cast<double>(batch_size));
+void DecodeMetrics::ObserveStep(int64_t batch_size, double seconds) {
+  if (batch_size > 0) batch_size_.Observe(static_cast<double>(batch_size));
   step_seconds_.Observe(seconds);
+}
+
+void DecodeMetrics::AddGeneratedTokens(int64_t tokens) {
   generated_tokens_.Increment(static_cast<double>(tokens));
 }
 

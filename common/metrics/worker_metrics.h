@@ -85,8 +85,11 @@ class DecodeMetrics {
 
   void SetRunning(int64_t sequences);
   void SetWaiting(int64_t sequences);
-  // One decode step over `batch_size` sequences that sampled `tokens` tokens.
-  void ObserveStep(int64_t batch_size, double seconds, int64_t tokens);
+  // One scheduler step: decoding sequences in it (0 for a step that only
+  // prefilled: batch size not observed) and its wall time.
+  void ObserveStep(int64_t batch_size, double seconds);
+  // Tokens streamed to the router.
+  void AddGeneratedTokens(int64_t tokens);
   // A push completely received and verified: payload bytes.
   void KvPushReceived(int64_t bytes);
   // KV complete and claimed -> admitted into the batch.

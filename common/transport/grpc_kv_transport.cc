@@ -165,7 +165,10 @@ grpc::Status KvTransferService::Push(
     }
     if (msg.has_chunk()) {
       s = coverage.Accept(msg.chunk());
-      if (absl::IsDataLoss(s)) counters_.checksum_failures.fetch_add(1);
+      if (absl::IsDataLoss(s)) {
+        counters_.checksum_failures.fetch_add(1);
+        (*sink)->OnChecksumFailure();
+      }
       if (s.ok()) s = (*sink)->OnChunk(msg.chunk());
       if (!s.ok()) return fail(s);
       counters_.bytes.fetch_add(

@@ -68,6 +68,8 @@ class KvSink {
   virtual absl::Status OnCommit(const pb::KvCommit& commit,
                                 double transfer_seconds) = 0;
   virtual void OnAbort(const absl::Status& status) = 0;
+  // A chunk failed its checksum (OnAbort with DATA_LOSS follows).
+  virtual void OnChecksumFailure() {}
 };
 
 class KvSinkFactory {

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "nlohmann/json.hpp"
@@ -54,6 +55,12 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
     std::string text;
     if (in && std::getline(in, text) && absl::SimpleAtoi(text, &rp->port) &&
         rp->port > 0) {
+      while (std::getline(in, text)) {
+        absl::string_view rest = text;
+        if (absl::ConsumePrefix(&rest, "metrics=")) {
+          (void)absl::SimpleAtoi(rest, &rp->metrics_port);
+        }
+      }
       return rp;
     }
     if (auto st = rp->proc.Poll(); st.has_value()) {

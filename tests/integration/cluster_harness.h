@@ -48,6 +48,7 @@ struct RoleProcess {
   std::string name;
   Subprocess proc;
   int port = 0;
+  int metrics_port = 0;  // with --metrics_port=-1 (port file "metrics=N")
   std::string log_path;
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 };

@@ -114,10 +114,10 @@ TEST(StageTimingsTest, NamesRoundTripAndCriticalPathSkipsTransfer) {
     names.insert(StageName(s));
     EXPECT_EQ(StageFromName(StageName(s)), s);
   }
-  EXPECT_EQ(names, (std::set<std::string>{"router_queue", "prefill_queue",
-                                          "prefill_compute", "kv_transfer",
-                                          "decode_admission",
-                                          "first_decode_step", "decode"}));
+  EXPECT_EQ(names, (std::set<std::string>{
+                       "router_queue", "prefill_queue", "prefill_compute",
+                       "kv_transfer", "kv_transfer_tail", "decode_admission",
+                       "first_decode_step", "decode"}));
   EXPECT_FALSE(StageFromName("bogus").has_value());
 
   StageTimings t;
@@ -358,8 +358,10 @@ TEST_F(ServedMetricsTest, WorkerMetricsMoveByWhatIsObserved) {
 
   decode_->SetRunning(4);
   decode_->SetWaiting(1);
-  decode_->ObserveStep(4, 0.003, 4);
-  decode_->ObserveStep(3, 0.002, 3);
+  decode_->ObserveStep(4, 0.003);
+  decode_->ObserveStep(3, 0.002);
+  decode_->AddGeneratedTokens(4);
+  decode_->AddGeneratedTokens(3);
   decode_->KvPushReceived(4096);
   decode_->ObserveAdmissionWait(0.001);
   decode_->CountPreemption();
@@ -422,7 +424,8 @@ TEST_F(ServedMetricsTest, ConcurrentUpdatesAreAllCounted) {
         RequestSummary s;
         s.code = i % 2 ? absl::StatusCode::kOk : absl::StatusCode::kCancelled;
         router_->RequestFinished(s);
-        decode_->ObserveStep(1, 0.001, 1);
+        decode_->ObserveStep(1, 0.001);
+        decode_->AddGeneratedTokens(1);
       }
     });
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "google/protobuf/descriptor.h"
 
 namespace pdserve {
 
@@ -126,16 +127,21 @@ nlohmann::json ResultToJson(const GenerateResult& r) {
                 {"completion_tokens", r.usage.completion_tokens()}};
   j["ttft_ms"] = r.ttft_ms;
   j["e2e_ms"] = r.e2e_ms;
-  const auto& t = r.timings;
-  j["timings"] = {{"router_queue", t.router_queue()},
-                  {"prefill_queue", t.prefill_queue()},
-                  {"prefill_compute", t.prefill_compute()},
-                  {"kv_transfer", t.kv_transfer()},
-                  {"decode_admission", t.decode_admission()},
-                  {"first_decode_step", t.first_decode_step()},
-                  {"decode", t.decode()},
-                  {"e2e", t.e2e()},
-                  {"prefill_location", t.prefill_location()}};
+  // Every stage the server measured (unset = did not happen), by field name.
+  nlohmann::json timings = nlohmann::json::object();
+  const auto* desc = r.timings.GetDescriptor();
+  const auto* refl = r.timings.GetReflection();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const auto* f = desc->field(i);
+    if (!refl->HasField(r.timings, f)) continue;
+    if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE) {
+      timings[f->name()] = refl->GetDouble(r.timings, f);
+    } else if (f->cpp_type() ==
+               google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+      timings[f->name()] = refl->GetString(r.timings, f);
+    }
+  }
+  j["timings"] = std::move(timings);
   return j;
 }
 

@@ -25,6 +25,7 @@
 #include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
+#include "tools/engine_flags.h"
 #include "tools/subcommand.h"
 
 namespace pdserve {
@@ -50,23 +51,6 @@ absl::StatusOr<std::vector<int32_t>> ParseIds(
     ids.push_back(id);
   }
   return ids;
-}
-
-absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
-  EngineOptions o;
-  o.model = absl::GetFlag(FLAGS_model);
-  ASSIGN_OR_RETURN(o.weight_dtype,
-                   ParseComputeDType(absl::GetFlag(FLAGS_dtype)));
-  const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv != "auto") {
-    ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));
-    o.kv_dtype = kv_dtype;
-  }
-  ASSIGN_OR_RETURN(o.kv_cache_bytes,
-                   ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory)));
-  o.block_size = absl::GetFlag(FLAGS_block_size);
-  o.num_threads = absl::GetFlag(FLAGS_threads);
-  return o;
 }
 
 // The request the flags describe, for `prompt_ids`. (Text prompts: tokenize,

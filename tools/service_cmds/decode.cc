@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "decode_worker/decode_worker.h"
@@ -26,7 +27,8 @@ int RunDecode(const std::vector<std::string>&) {
   SetLogRole("decode");
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("decode", metrics_server.status());
-  auto engine = ServiceEngineOptionsFromFlags();
+  metrics::DecodeMetrics decode_metrics((*metrics_server)->registry());
+  auto engine = EngineOptionsFromFlags();
   if (!engine.ok()) return FailWith("decode", engine.status());
   DecodeWorkerOptions options;
   options.engine = *engine;
@@ -34,6 +36,7 @@ int RunDecode(const std::vector<std::string>&) {
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));
   options.testonly_stream_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_stream_delay_ms));
+  options.metrics = &decode_metrics;
   auto worker = DecodeWorker::Create(options);
   if (!worker.ok()) return FailWith("decode", worker.status());
   auto creds = InternalServerCredentials();
@@ -50,6 +53,7 @@ int RunDecode(const std::vector<std::string>&) {
       {[w] { w->StartDraining(); }, [w] { return w->active_streams(); }});
   server->server.reset();
   worker->reset();
+  ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;
 }
 

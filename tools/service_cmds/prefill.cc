@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "common/metrics/worker_metrics.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
@@ -32,7 +33,8 @@ int RunPrefill(const std::vector<std::string>&) {
   SetLogRole("prefill");
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("prefill", metrics_server.status());
-  auto engine = ServiceEngineOptionsFromFlags();
+  metrics::PrefillMetrics prefill_metrics((*metrics_server)->registry());
+  auto engine = EngineOptionsFromFlags();
   if (!engine.ok()) return FailWith("prefill", engine.status());
   PrefillWorkerOptions options;
   options.engine = *engine;
@@ -41,6 +43,7 @@ int RunPrefill(const std::vector<std::string>&) {
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
   options.testonly_prefill_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_prefill_delay_ms));
+  options.metrics = &prefill_metrics;
   auto channel_creds = InternalChannelCredentials();
   if (!channel_creds.ok()) return FailWith("prefill", channel_creds.status());
   transport::KvFaultInjection faults;
@@ -67,6 +70,7 @@ int RunPrefill(const std::vector<std::string>&) {
       {[w] { w->StartDraining(); }, [w] { return w->active_work(); }});
   server->server.reset();
   worker->reset();
+  ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;
 }
 

@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
+#include "common/metrics/router_metrics.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "router/generation_service.h"
@@ -43,6 +44,7 @@ int RunRouter(const std::vector<std::string>&) {
   SetLogRole("router");
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("router", metrics_server.status());
+  metrics::RouterMetrics router_metrics((*metrics_server)->registry());
   RouterOptions options;
   auto mode = ParseRouterMode(absl::GetFlag(FLAGS_mode));
   if (!mode.ok()) return FailWith("router", mode.status());
@@ -85,6 +87,7 @@ int RunRouter(const std::vector<std::string>&) {
   popts.creds = *channel_creds;
   popts.poll_interval = absl::Milliseconds(absl::GetFlag(FLAGS_worker_poll_ms));
   popts.dns_refresh = absl::Seconds(absl::GetFlag(FLAGS_dns_refresh_seconds));
+  popts.metrics = &router_metrics;
   popts.kind = PoolKind::kPrefill;
   popts.targets = absl::GetFlag(FLAGS_prefill_workers);
   WorkerPool prefill(popts);
@@ -92,7 +95,7 @@ int RunRouter(const std::vector<std::string>&) {
   popts.targets = absl::GetFlag(FLAGS_decode_workers);
   WorkerPool decode(popts);
   GenerationService service(options, *model, std::move(tokenizer), &prefill,
-                            &decode);
+                            &decode, &router_metrics);
 
   TlsFiles public_tls;
   public_tls.cert = absl::GetFlag(FLAGS_tls_cert);
@@ -110,9 +113,11 @@ int RunRouter(const std::vector<std::string>&) {
   auto server = StartServer(so);
   if (!server.ok()) return FailWith("router", server.status());
   GenerationService* s = &service;
-  return ServeUntilTerminated(
+  const int rc = ServeUntilTerminated(
       *server->server, server->port, "router",
       {[s] { s->StartDraining(); }, [s] { return s->in_flight(); }});
+  ReleaseMetricsServerAtExit(*std::move(metrics_server));
+  return rc;
 }
 
 PDSERVE_SUBCOMMAND(

@@ -1,5 +1,6 @@
 #include "tools/service_cmds/service_common.h"
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 
@@ -37,9 +38,16 @@ ABSL_FLAG(std::string, mode, "disaggregated",
           "router/up: disaggregated | colocated (decode workers prefill) | "
           "auto (short prompts prefill on the decode worker)");
 ABSL_FLAG(int32_t, metrics_port, 0,
-          "services: Prometheus /metrics port (0 = disabled)");
+          "services: Prometheus /metrics port (0 = disabled, -1 = any free "
+          "port, printed and written to --port_file as \"metrics=PORT\")");
 
 namespace pdserve {
+namespace {
+
+// The bound metrics port (0: not served), for the port file.
+std::atomic<int> g_metrics_port{0};
+
+}  // namespace
 
 TlsFiles InternalTlsFromFlags() {
   TlsFiles t;
@@ -60,23 +68,6 @@ InternalChannelCredentials() {
   return MakeChannelCredentials(InternalTlsFromFlags());
 }
 
-absl::StatusOr<EngineOptions> ServiceEngineOptionsFromFlags() {
-  EngineOptions o;
-  o.model = absl::GetFlag(FLAGS_model);
-  ASSIGN_OR_RETURN(o.weight_dtype,
-                   ParseComputeDType(absl::GetFlag(FLAGS_dtype)));
-  const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
-  if (kv != "auto") {
-    ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));
-    o.kv_dtype = kv_dtype;
-  }
-  ASSIGN_OR_RETURN(o.kv_cache_bytes,
-                   ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory)));
-  o.block_size = absl::GetFlag(FLAGS_block_size);
-  o.num_threads = absl::GetFlag(FLAGS_threads);
-  return o;
-}
-
 std::string ListenAddress(int default_port) {
   int port = absl::GetFlag(FLAGS_port);
   if (port < 0) port = default_port;
@@ -92,6 +83,9 @@ int ServeUntilTerminated(grpc::Server& server, int port,
     {
       std::ofstream out(tmp);
       out << port << "\n";
+      if (const int mp = g_metrics_port.load(); mp > 0) {
+        out << "metrics=" << mp << "\n";
+      }
     }
     std::rename(tmp.c_str(), port_file.c_str());
   }
@@ -166,11 +160,19 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>>
 StartMetricsFromFlags() {
   metrics::MetricsServerOptions o;
   o.port = absl::GetFlag(FLAGS_metrics_port);
+  o.bind_address = absl::GetFlag(FLAGS_host);  // same interface as gRPC
   auto server = metrics::MetricsServer::Start(o);
   if (server.ok() && (*server)->serving()) {
+    g_metrics_port.store((*server)->port());
     std::printf("pdserve metrics on port %d\n", (*server)->port());
   }
   return server;
+}
+
+void ReleaseMetricsServerAtExit(
+    std::unique_ptr<metrics::MetricsServer> server) {
+  // Deliberately never destroyed: the process exits right after.
+  [[maybe_unused]] metrics::MetricsServer* leaked = server.release();
 }
 
 int FailWith(const std::string& role, const absl::Status& status) {

@@ -15,6 +15,7 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/metrics/metrics_server.h"
 #include "pdserve/v1/generate.pb.h"
+#include "tools/engine_flags.h"
 
 ABSL_DECLARE_FLAG(std::string, host);
 ABSL_DECLARE_FLAG(int32_t, port);
@@ -39,9 +40,6 @@ InternalServerCredentials();
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 InternalChannelCredentials();
 
-// --model, --dtype, --kv_dtype, --kv_cache_memory, --block_size, --threads.
-absl::StatusOr<EngineOptions> ServiceEngineOptionsFromFlags();
-
 // --host:--port (or `default_port` when --port is -1).
 std::string ListenAddress(int default_port);
 
@@ -61,8 +59,15 @@ absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromFlags(
     const std::string& prompt, const std::vector<std::string>& prompt_ids);
 
 // The process's Prometheus registry, served on --metrics_port (0: not
-// served). The metric bundles of common/metrics register into it.
+// served; -1: any free port). The metric bundles of common/metrics register
+// into it. When served, the bound port is printed and remembered for the
+// --port_file (second line "metrics=PORT").
 absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsFromFlags();
+
+// Call when the role has stopped serving, just before the process exits:
+// the exporter is not stopped (civetweb takes ~2 s to join its threads after
+// a scrape), so that SIGTERM exits promptly; the OS reclaims it at exit.
+void ReleaseMetricsServerAtExit(std::unique_ptr<metrics::MetricsServer> server);
 
 // "CODE: message" on stderr, exit code 1.
 int FailWith(const std::string& role, const absl::Status& status);

@@ -1,6 +1,8 @@
 // `pdserve up`: a whole local cluster (router + N prefill + M decode workers)
 // as real child processes on loopback. Children die with `up` (even on
 // SIGKILL: PR_SET_PDEATHSIG); SIGINT/SIGTERM drains and stops them all.
+// Every child serves Prometheus /metrics on a free loopback port, printed
+// next to its gRPC address.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +48,7 @@ struct Child {
   std::string name;  // "prefill[0]"
   std::string port_file;
   int port = 0;
+  int metrics_port = 0;  // from the port file's "metrics=PORT" line
   Subprocess proc;
 };
 
@@ -67,6 +70,7 @@ std::vector<std::string> CommonChildFlags(int threads) {
       absl::StrCat("--drain_timeout_seconds=",
                    absl::GetFlag(FLAGS_drain_timeout_seconds)),
       "--host=127.0.0.1",
+      "--metrics_port=-1",  // any free port, reported in the port file
   };
   for (const auto& [flag, value] :
        {std::pair{"internal_ca", absl::GetFlag(FLAGS_internal_ca)},
@@ -99,6 +103,12 @@ absl::Status WaitForPort(Child& child, absl::Time deadline) {
     std::string text;
     if (in && std::getline(in, text) && absl::SimpleAtoi(text, &child.port) &&
         child.port > 0) {
+      while (std::getline(in, text)) {
+        absl::string_view rest = text;
+        if (absl::ConsumePrefix(&rest, "metrics=")) {
+          (void)absl::SimpleAtoi(rest, &child.metrics_port);
+        }
+      }
       return absl::OkStatus();
     }
     if (auto status = child.proc.Poll(); status.has_value()) {
@@ -239,12 +249,18 @@ int RunUp(const std::vector<std::string>&) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   if (!ready.ok()) return fail(ready);
-  std::printf("pdserve up: router listening on %s (mode %s, pid %d)\n",
-              router_addr.c_str(), mode.c_str(), router.proc.pid());
+  auto metrics_of = [](const Child& c) {
+    return c.metrics_port > 0
+               ? absl::StrCat(" metrics 127.0.0.1:", c.metrics_port)
+               : std::string();
+  };
+  std::printf("pdserve up: router listening on %s (mode %s, pid %d)%s\n",
+              router_addr.c_str(), mode.c_str(), router.proc.pid(),
+              metrics_of(router).c_str());
   for (Child& c : children) {
     if (&c == &router) continue;
-    std::printf("pdserve up:   %-9s 127.0.0.1:%d (pid %d)\n", c.name.c_str(),
-                c.port, c.proc.pid());
+    std::printf("pdserve up:   %-9s 127.0.0.1:%d (pid %d)%s\n", c.name.c_str(),
+                c.port, c.proc.pid(), metrics_of(c).c_str());
   }
   std::fflush(stdout);
 

@@ -1,0 +1,29 @@
+#include "tools/engine_flags.h"
+
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/model/dtype.h"
+#include "common/util/status_macros.h"
+#include "tools/common_flags.h"
+
+namespace pdserve {
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  EngineOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  ASSIGN_OR_RETURN(o.weight_dtype,
+                   ParseComputeDType(absl::GetFlag(FLAGS_dtype)));
+  const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv != "auto") {
+    ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));
+    o.kv_dtype = kv_dtype;
+  }
+  ASSIGN_OR_RETURN(o.kv_cache_bytes,
+                   ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory)));
+  o.block_size = absl::GetFlag(FLAGS_block_size);
+  o.num_threads = absl::GetFlag(FLAGS_threads);
+  return o;
+}
+
+}  // namespace pdserve
