@@ -271,11 +271,16 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
                                   pb::WorkerStatusResponse* r) {
   r->set_role("decode");
   r->set_model_fingerprint(engine_->fingerprint());
-  int64_t free_blocks = 0, total_blocks = 0;
+  int64_t free_blocks = 0, total_blocks = 0, cached_blocks = 0;
   scheduler_->WithEngine([&](Engine& e) {
     free_blocks = e.free_blocks();
     total_blocks = e.total_blocks();
+    cached_blocks = e.stats().prefix.cached_blocks;
   });
+  r->set_prefix_cached_blocks(cached_blocks);
+  const SchedulerStats stats = scheduler_->stats();
+  r->set_prefix_hit_tokens(stats.prefix_hit_tokens);
+  r->set_requests_rejected(stats.rejected);
   r->set_free_kv_blocks(free_blocks);
   r->set_total_kv_blocks(total_blocks);
   ExportGauges(free_blocks, total_blocks);

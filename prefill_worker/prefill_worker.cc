@@ -106,6 +106,13 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
     in_flight_.fetch_sub(1);
     return ToGrpcStatus(absl::AlreadyExistsError("duplicate request id"));
   }
+  if (options_.max_queue > 0 &&
+      static_cast<int>(queue_.size()) >= options_.max_queue) {
+    in_flight_.fetch_sub(1);
+    rejected_.fetch_add(1);
+    return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "prefill queue full (", queue_.size(), " prompts waiting)")));
+  }
   jobs_[spec.request_id()] = job;
   queue_.push_back(job);
   options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
@@ -188,6 +195,7 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
     SeqId seq = -1;
     std::vector<int32_t> prompt;
     int done_tokens = 0;
+    int reused_tokens = 0;  // from the prefix cache
     PushPipeline* push = nullptr;
     double queue_seconds = 0;
   };
@@ -200,8 +208,17 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
     it.queue_seconds = absl::ToDoubleSeconds(start - job->arrival);
     absl::StatusOr<SeqId> seq = engine_->CreateSequence();
     absl::Status s = seq.status();
+    int reused = 0;
     if (seq.ok()) {
-      s = engine_->Reserve(*seq, static_cast<int>(it.prompt.size()));
+      // Cached full blocks of an earlier prompt with the same prefix: only
+      // the rest is computed (bit-identical KV and logits).
+      absl::StatusOr<int> attached =
+          engine_->AttachCachedPrefix(*seq, it.prompt);
+      s = attached.status();
+      if (attached.ok()) {
+        reused = *attached;
+        s = engine_->Reserve(*seq, static_cast<int>(it.prompt.size()));
+      }
       if (!s.ok()) engine_->FreeSequence(*seq);
     }
     if (!s.ok()) {
@@ -212,10 +229,11 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
       continue;
     }
     it.seq = *seq;
-    // No prefix cache on the prefill worker yet: every prompt token is looked
-    // up (and computed); hits stay 0 until one exists.
+    it.done_tokens = reused;
+    it.reused_tokens = reused;
+    prefix_hit_tokens_.fetch_add(reused);
     options_.metrics->compute().ObservePrefixLookup(
-        static_cast<int64_t>(it.prompt.size()), 0);
+        static_cast<int64_t>(it.prompt.size()), reused);
     // Open the push now: chunks leave as soon as each layer is computed.
     pb::KvHeader header;
     header.set_request_id(spec.request_id());
@@ -232,9 +250,12 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
       pushes_[spec.request_id()] = std::move(push);
       if (job->cancelled) it.push->Cancel();
     }
+    // The reused range leaves at once, ahead of each layer's computed part.
+    for (int layer = 0; layer < layout_.num_layers && reused > 0; ++layer) {
+      EnqueueKvChunks(it.seq, layer, 0, reused, it.push);
+    }
     items.push_back(std::move(it));
   }
-  const int64_t bytes_per_token = layout_.BytesPerTokenPerLayer();
   std::vector<float> logits;
   std::vector<std::vector<float>> last_logits(items.size());
   absl::Status status;
@@ -266,23 +287,8 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
     ExportKvPool();
     auto on_layer_done = [&](int layer) {
       for (const auto& [i, range] : ranges) {
-        Item& it = items[i];
-        for (auto [b, e] : transport::ChunkTokenRanges(
-                 range.first, range.second, bytes_per_token,
-                 transport::kKvChunkTargetBytes)) {
-          pb::KvChunk chunk;
-          chunk.set_layer(layer);
-          chunk.set_token_begin(b);
-          chunk.set_token_end(e);
-          absl::Status s =
-              engine_->ExportLayerKv(it.seq, layer, b, e, chunk.mutable_data());
-          if (!s.ok()) {
-            it.push->Cancel();
-            continue;
-          }
-          transport::SealChunk(&chunk);
-          it.push->Enqueue(std::move(chunk));
-        }
+        EnqueueKvChunks(items[i].seq, layer, range.first, range.second,
+                        items[i].push);
       }
     };
     status = engine_->Forward(fwd, &logits, on_layer_done);
@@ -323,7 +329,7 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
           absl::ToDoubleSeconds(absl::Now() - start));
       options_.metrics->compute().ObserveCompute(
           resp.prefill_compute_seconds(),
-          static_cast<int64_t>(it.prompt.size()));
+          static_cast<int64_t>(it.prompt.size()) - it.reused_tokens);
       if (resp.finished()) {
         it.push->Discard();  // nothing left to decode: not a failure
       } else {
@@ -343,7 +349,28 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
   }
   free_blocks_ = engine_->free_blocks();
   total_blocks_ = engine_->total_blocks();
+  prefix_cached_blocks_ = engine_->stats().prefix.cached_blocks;
   ExportKvPool();
+}
+
+void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
+                                    PushPipeline* push) {
+  for (auto [b, e] :
+       transport::ChunkTokenRanges(begin, end, layout_.BytesPerTokenPerLayer(),
+                                   transport::kKvChunkTargetBytes)) {
+    pb::KvChunk chunk;
+    chunk.set_layer(layer);
+    chunk.set_token_begin(b);
+    chunk.set_token_end(e);
+    absl::Status s =
+        engine_->ExportLayerKv(seq, layer, b, e, chunk.mutable_data());
+    if (!s.ok()) {
+      push->Cancel();
+      return;
+    }
+    transport::SealChunk(&chunk);
+    push->Enqueue(std::move(chunk));
+  }
 }
 
 void PrefillWorker::ExportKvPool() {
@@ -364,6 +391,9 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
   r->set_free_kv_blocks(free_blocks_.load());
   r->set_total_kv_blocks(total_blocks_.load());
   r->set_prefill_tokens_computed(prefill_tokens_.load());
+  r->set_prefix_hit_tokens(prefix_hit_tokens_.load());
+  r->set_requests_rejected(rejected_.load());
+  r->set_prefix_cached_blocks(prefix_cached_blocks_.load());
   r->set_kv_bytes_pushed(push_counters_.bytes.load());
   r->set_kv_pushes_ok(push_counters_.ok.load());
   r->set_kv_pushes_failed(push_counters_.failed.load());

@@ -5,7 +5,9 @@
 // the first token with the request's sampler (position = prompt length, so
 // the decode worker continues the same random stream) and answers the router
 // at once; the push finishes in the background. Exports PrefillMetrics
-// (queue depth, batches, compute, KV pool, pushes). Thread-safe.
+// (queue depth, batches, compute, KV pool, pushes). Prompts sharing a prefix
+// with earlier ones reuse their cached KV blocks (only the rest is computed;
+// the reused KV is pushed too). Thread-safe.
 #ifndef PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
 #define PDSERVE_PREFILL_WORKER_PREFILL_WORKER_H_
 
@@ -32,6 +34,9 @@ namespace pdserve {
 struct PrefillWorkerOptions {
   EngineOptions engine;
   int max_batch_tokens = 0;  // 0 = engine max_batch_tokens
+  // Prompts queued at most; beyond, Prefill is RESOURCE_EXHAUSTED. 0 = no
+  // bound.
+  int max_queue = 256;
   absl::Duration push_timeout = absl::Seconds(60);
   // Test-only: sleep this long before each batch (slow prefills for failure
   // tests). Zero = off.
@@ -72,6 +77,10 @@ class PrefillWorker final : public pb::Prefill::Service,
   void ReapPushes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Exports the KV pool occupancy (compute thread).
   void ExportKvPool();
+  // Exports tokens [begin, end) of `layer` of `seq` as sealed chunks into
+  // `push` (cancels the push on failure). Compute thread.
+  void EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
+                       PushPipeline* push);
 
   const PrefillWorkerOptions options_;
   transport::KvSender* const sender_;
@@ -83,6 +92,9 @@ class PrefillWorker final : public pb::Prefill::Service,
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> prefill_tokens_{0};
+  std::atomic<int64_t> prefix_hit_tokens_{0};
+  std::atomic<int64_t> rejected_{0};  // refused: queue full
+  std::atomic<int64_t> prefix_cached_blocks_{0};
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> cancelled_{0};
   std::atomic<int64_t> free_blocks_{0};

@@ -224,7 +224,20 @@ grpc::Status GenerationService::Generate(
   InFlight guard(&in_flight_);
   metrics_->RequestStarted();
   std::unique_ptr<Stream> stream;
-  const grpc::Status status = Serve(context, request, writer, arrival, &stream);
+  grpc::Status status;
+  const int in_flight = in_flight_.load();
+  if (options_.max_in_flight > 0 && in_flight > options_.max_in_flight) {
+    // Admission control: answer now rather than queue without bound.
+    status = ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+        "router overloaded: ", in_flight - 1, " requests in flight (max ",
+        options_.max_in_flight, "); retry later")));
+  } else {
+    status = Serve(context, request, writer, arrival, &stream);
+  }
+  if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+    context->AddTrailingMetadata(kRetryAfterMsKey,
+                                 std::to_string(options_.retry_after_ms));
+  }
   metrics::RequestSummary summary;
   summary.code = static_cast<absl::StatusCode>(status.error_code());
   summary.e2e_seconds = SecondsSince(arrival);
@@ -266,21 +279,28 @@ grpc::Status GenerationService::Serve(
                               options_.auto_prefill_threshold);
 
   std::set<std::string> exclude_p, exclude_d;
+  PickHint prefill_hint;
+  prefill_hint.affinity =
+      PrefixAffinityKey(resolved->prompt_ids, options_.kv_block_size,
+                        options_.prefix_routing_blocks);
+  prefill_hint.max_extra_load = options_.prefix_routing_max_extra_load;
   absl::Status last;
   for (int attempt_no = 0; attempt_no < options_.max_attempts; ++attempt_no) {
     Attempt attempt;
     attempt.arrival = arrival;
     attempt.worker_request_id = absl::StrCat(request_id, "#", attempt_no);
+    // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED
+    // (the client may retry), not UNAVAILABLE.
     auto d = decode_->Pick(exclude_d);
     if (!d.ok()) {
-      last = d.status();
+      if (!absl::IsResourceExhausted(last)) last = d.status();
       break;
     }
     attempt.decode = *d;
     if (!colocated) {
-      auto p = prefill_->Pick(exclude_p);
+      auto p = prefill_->Pick(exclude_p, prefill_hint);
       if (!p.ok()) {
-        last = p.status();
+        if (!absl::IsResourceExhausted(last)) last = p.status();
         break;
       }
       attempt.prefill = *p;

@@ -1,12 +1,13 @@
 // GenerationService: the router's public Generation API. For each request it
 // validates and tokenizes, picks a decode worker and (disaggregated) a
-// prefill worker, runs Prefill then claims the sequence on the decode worker
-// and streams its tokens back with incremental detokenization and stop
-// strings. Retries another worker on UNAVAILABLE / RESOURCE_EXHAUSTED while
-// no token has reached the client; client cancellation and deadlines reach P
-// and D at once (propagated contexts + Abort). Records every request in
-// RouterMetrics (latencies, tokens, status codes, stage timings) and returns
-// the stage timings in the final message. Thread-safe.
+// prefill worker (prefix-aware: see RouterOptions), runs Prefill then claims
+// the sequence on the decode worker and streams its tokens back with
+// incremental detokenization and stop strings. Retries another worker on
+// UNAVAILABLE / RESOURCE_EXHAUSTED while no token has reached the client;
+// client cancellation and deadlines reach P and D at once (propagated contexts
+// + Abort). Records every request in RouterMetrics (latencies, tokens, status
+// codes, stage timings) and returns the stage timings in the final message.
+// Thread-safe.
 #ifndef PDSERVE_ROUTER_GENERATION_SERVICE_H_
 #define PDSERVE_ROUTER_GENERATION_SERVICE_H_
 
@@ -38,7 +39,23 @@ struct RouterOptions {
       32;  // auto: prompts shorter than this prefill on D
   int max_attempts = 3;
   RequestLimits limits;
+  // Prefix-aware prefill routing: prompts sharing their first
+  // prefix_routing_blocks blocks of kv_block_size tokens go to the same
+  // prefill worker (whose prefix cache then holds them) unless it is busier
+  // than the least loaded by more than prefix_routing_max_extra_load. 0 = off.
+  int prefix_routing_blocks = 2;
+  int kv_block_size = 16;
+  double prefix_routing_max_extra_load = 2.0;
+  // Admission control: requests in flight at most (0 = unbounded); beyond,
+  // and whenever the workers' bounded queues refuse a request on every
+  // attempt, the answer is RESOURCE_EXHAUSTED with trailing metadata
+  // `retry-after-ms: retry_after_ms`.
+  int max_in_flight = 1024;
+  int retry_after_ms = 100;
 };
+
+// Trailing metadata key of the retry hint on RESOURCE_EXHAUSTED.
+inline constexpr char kRetryAfterMsKey[] = "retry-after-ms";
 
 class GenerationService final : public pdserve::v1::Generation::Service {
  public:

@@ -1,5 +1,7 @@
 #include "router/worker_pool.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -171,8 +173,19 @@ void WorkerPool::ReportFailure(const std::string& address,
   ExportHealth(address, false);
 }
 
+std::optional<uint64_t> PrefixAffinityKey(absl::Span<const int32_t> prompt,
+                                          int block_size, int max_blocks) {
+  if (block_size <= 0 || max_blocks <= 0 || prompt.empty()) return std::nullopt;
+  const int64_t blocks = std::min<int64_t>(
+      max_blocks, (static_cast<int64_t>(prompt.size()) - 1) / block_size);
+  if (blocks <= 0) return std::nullopt;
+  return XXH3_64bits(prompt.data(), static_cast<size_t>(blocks * block_size) *
+                                        sizeof(int32_t));
+}
+
 absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(
-    const std::set<std::string>& exclude) const {
+    const std::set<std::string>& exclude, const PickHint& hint) const {
+  std::vector<std::pair<double, std::shared_ptr<WorkerEndpoint>>> candidates;
   std::shared_ptr<WorkerEndpoint> best;
   double best_score = std::numeric_limits<double>::infinity();
   std::string errors;
@@ -195,10 +208,26 @@ absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(
     } else {
       score = ep->status.queue_depth() + local;
     }
+    candidates.emplace_back(score, ep);
     if (score < best_score) {
       best_score = score;
       best = ep;
     }
+  }
+  if (best != nullptr && hint.affinity.has_value()) {
+    // Rendezvous: the highest hash(key, endpoint) among those not too busy.
+    uint64_t best_weight = 0;
+    std::shared_ptr<WorkerEndpoint> affine;
+    for (const auto& [score, ep] : candidates) {
+      if (score > best_score + hint.max_extra_load) continue;
+      const uint64_t weight = XXH3_64bits_withSeed(
+          ep->address.data(), ep->address.size(), *hint.affinity);
+      if (affine == nullptr || weight > best_weight) {
+        best_weight = weight;
+        affine = ep;
+      }
+    }
+    best = affine;
   }
   if (best == nullptr) {
     return absl::UnavailableError(absl::StrCat(

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "common/metrics/router_metrics.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
@@ -47,6 +49,22 @@ struct WorkerEndpoint {
 
 enum class PoolKind { kPrefill, kDecode };
 
+// Routing hint: requests with the same affinity key prefer the same endpoint
+// (rendezvous hashing over the healthy endpoints, so a key moves only when
+// its endpoint leaves), unless that endpoint's load exceeds the least loaded
+// one's by more than max_extra_load (then the least loaded wins).
+struct PickHint {
+  std::optional<uint64_t> affinity;
+  double max_extra_load = 2.0;
+};
+
+// The affinity key of a prompt for prefix-aware routing: a hash of its first
+// min(max_blocks, (n - 1) / block_size) full blocks of tokens (the blocks a
+// worker's prefix cache can reuse: one token is always computed); none for a
+// prompt without such a block or when max_blocks <= 0.
+std::optional<uint64_t> PrefixAffinityKey(absl::Span<const int32_t> prompt,
+                                          int block_size, int max_blocks);
+
 struct WorkerPoolOptions {
   PoolKind kind = PoolKind::kDecode;
   std::vector<std::string> targets;  // host:port or dns:///name:port
@@ -62,10 +80,10 @@ class WorkerPool {
   ~WorkerPool();
 
   // A healthy endpoint not in `exclude`, least loaded first (decode: most
-  // free KV blocks relative to running load; prefill: shortest queue).
-  // UNAVAILABLE when none.
+  // free KV blocks relative to running load; prefill: shortest queue), or
+  // the hint's affine endpoint if not too loaded. UNAVAILABLE when none.
   absl::StatusOr<std::shared_ptr<WorkerEndpoint>> Pick(
-      const std::set<std::string>& exclude) const;
+      const std::set<std::string>& exclude, const PickHint& hint = {}) const;
   // Marks an endpoint unhealthy until its next successful health check.
   void ReportFailure(const std::string& address, const std::string& error);
   std::vector<std::shared_ptr<WorkerEndpoint>> Endpoints() const;

@@ -14,6 +14,8 @@ ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "maximum sequences in one decode batch");
 ABSL_FLAG(std::string, device, "cpu", "compute device: cpu or cuda");
+ABSL_FLAG(bool, prefix_caching, true,
+          "reuse cached KV blocks of prompts sharing a prefix (exact)");
 ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json, or a directory holding it (default \"\": the "
           "--model directory's tokenizer)");

@@ -19,6 +19,7 @@ ABSL_DECLARE_FLAG(int32_t, block_size);
 ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
 ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
 ABSL_DECLARE_FLAG(std::string, device);  // cpu | cuda
+ABSL_DECLARE_FLAG(bool, prefix_caching);  // reuse cached prefix KV blocks
 ABSL_DECLARE_FLAG(std::string, tokenizer);  // "" = the --model directory's
 
 // Request: sampling and stopping (complete, generate, bench).

@@ -23,6 +23,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
                    ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory)));
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.num_threads = absl::GetFlag(FLAGS_threads);
+  o.device = absl::GetFlag(FLAGS_device);  // Engine::Create validates it
+  o.enable_prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   return o;
 }
 

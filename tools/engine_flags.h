@@ -1,7 +1,8 @@
 // EngineOptions from the engine flags of tools/common_flags.h (--model,
-// --dtype, --kv_dtype, --kv_cache_memory, --block_size, --threads). One
-// definition for the engine subcommands (complete) and the services
-// (prefill, decode); builds without gRPC. Stateless: thread-safe.
+// --dtype, --kv_dtype, --kv_cache_memory, --block_size, --threads, --device,
+// --prefix_caching). One definition for the engine subcommands (complete)
+// and the services (prefill, decode); builds without gRPC. Stateless:
+// thread-safe.
 #ifndef PDSERVE_TOOLS_ENGINE_FLAGS_H_
 #define PDSERVE_TOOLS_ENGINE_FLAGS_H_
 

@@ -1,6 +1,7 @@
 // The backend's kernel interface: a ModelRunner owns a model's weights in the
 // layout its kernels want and runs one forward pass over a batch of sequence
-// chunks, reading and writing the paged KV cache. cpu/ and cuda/ implement it. Not thread-safe: one thread drives it (it may use its own pool).
+// chunks, reading and writing the paged KV cache. cpu/ and cuda/ implement it.
+// Not thread-safe: one thread drives it (it may use its own pool).
 #ifndef PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
 #define PDSERVE_COMMON_BACKEND_MODEL_RUNNER_H_
 

@@ -29,6 +29,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (options.max_batch_tokens <= 0) {
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
   }
+  if (options.device != "cpu" && options.device != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "device must be cpu or cuda, got '", options.device, "'"));
+  }
   auto engine = std::unique_ptr<Engine>(new Engine());
   engine->options_ = options;
   std::unique_ptr<ModelRunner> runner;
@@ -43,7 +47,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     ro.weight_dtype = options.weight_dtype;
     ro.num_threads = options.num_threads;
     ro.max_batch_tokens = options.max_batch_tokens;
-    ASSIGN_OR_RETURN(engine->runner_, CreateCpuRunner(*source, ro));
+    ASSIGN_OR_RETURN(engine->runner_, options.device == "cuda"
+                                          ? CreateCudaRunner(*source, ro)
+                                          : CreateCpuRunner(*source, ro));
     const std::string fp = absl::StrCat(source->fingerprint(), ":",
                                         DTypeName(options.weight_dtype));
     const XXH128_hash_t h = XXH3_128bits(fp.data(), fp.size());
@@ -57,6 +63,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   layout.dtype = options.kv_dtype.value_or(options.weight_dtype);
   ASSIGN_OR_RETURN(engine->kv_,
                    KvCache::Create(layout, options.kv_cache_bytes));
+  RETURN_IF_ERROR(engine->runner_->AttachKvPool(*engine->kv_));
   if (options.enable_prefix_caching) {
     engine->kv_->EnablePrefixCache(
         PrefixHashRoot(engine->fingerprint_, layout.dtype, layout.block_size));
@@ -193,12 +200,12 @@ absl::Status Engine::Forward(
 
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
                                    std::string* out) const {
-  return kv_->ExportLayer(seq, layer, begin, end, out);
+  return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out);
 }
 
 absl::Status Engine::ImportLayerKv(SeqId seq, int layer, int begin, int end,
                                    absl::string_view bytes) {
-  return kv_->ImportLayer(seq, layer, begin, end, bytes);
+  return runner_->ImportLayerKv(*kv_, seq, layer, begin, end, bytes);
 }
 
 absl::Status Engine::SetSequenceLength(SeqId seq, int length) {

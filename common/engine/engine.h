@@ -37,6 +37,9 @@ struct EngineOptions {
   // Registers full KV blocks of computed sequences so that later prompts
   // sharing the prefix can attach them (AttachCachedPrefix).
   bool enable_prefix_caching = true;
+  // Compute device: "cpu" (the reference backend) or "cuda" (GPU 0; a
+  // FAILED_PRECONDITION without a usable GPU or in a build without CUDA).
+  std::string device = "cpu";
 };
 
 // Cumulative engine counters.

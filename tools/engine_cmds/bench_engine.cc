@@ -1,6 +1,9 @@
 // `pdserve bench-engine`: prefill and decode throughput of the engine next to
-// a memory-bandwidth probe and oneDNN's GEMM rate measured in the same run,
-// so the figures read as ratios; plus peak RSS against weights + KV budget.
+// a memory-bandwidth probe and a GEMM rate measured in the same run, so the
+// figures read as ratios; plus peak RSS against weights + KV budget. On
+// --device=cpu the probes are a multi-threaded read and oneDNN's GEMM; on
+// --device=cuda a device-to-device copy and cuBLAS's GEMM (bf16 in, f32
+// accumulate) of the same shape.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/backend/cpu/bench_probes.h"
+#include "common/backend/cuda/cuda_device.h"
 #include "common/backend/thread_pool.h"
 #include "common/engine/engine.h"
 #include "common/model/model_source.h"
@@ -68,6 +72,8 @@ int RunBenchEngine(const std::vector<std::string>&) {
 
   EngineOptions o;
   o.model = absl::GetFlag(FLAGS_model);
+  o.device = absl::GetFlag(FLAGS_device);
+  const bool on_cuda = o.device == "cuda";
   o.weight_dtype = *dtype;
   o.num_threads = threads;
   o.block_size = absl::GetFlag(FLAGS_block_size);
@@ -190,11 +196,27 @@ int RunBenchEngine(const std::vector<std::string>&) {
   }
   const int64_t peak_rss = PeakRssBytes();  // before the probes allocate
 
-  Progress("memory bandwidth probe");
-  ThreadPool pool(threads);
-  const double probe_gbps = MeasureReadBandwidthGbps(pool, int64_t{1} << 30, 5);
-  Progress("oneDNN GEMM");
-  auto gemm = MeasureOneDnnGemmGflops(prompt_len, 2 * I, H, *dtype, threads, 5);
+  double probe_gbps = 0;
+  absl::StatusOr<double> gemm = 0.0;
+  std::string device_name = "cpu";
+  if (on_cuda) {
+    Progress("device-to-device copy probe");
+    auto copy = MeasureCudaCopyGbps(int64_t{1} << 30, 10);
+    if (!copy.ok()) return Fail(copy.status().ToString());
+    probe_gbps = *copy;
+    Progress("cuBLAS GEMM");
+    gemm = MeasureCublasGemmGflops(prompt_len, 2 * I, H, *dtype, 10);
+    device_name = CudaDeviceDescription().value_or("cuda");
+  } else {
+    Progress("memory bandwidth probe");
+    ThreadPool pool(threads);
+    probe_gbps = MeasureReadBandwidthGbps(pool, int64_t{1} << 30, 5);
+    Progress("oneDNN GEMM");
+    gemm = MeasureOneDnnGemmGflops(prompt_len, 2 * I, H, *dtype, threads, 5);
+  }
+  const char* probe_name =
+      on_cuda ? "device-to-device copy (read+write)" : "memory-bandwidth probe";
+  const char* gemm_name = on_cuda ? "cuBLAS GEMM" : "oneDNN GEMM";
   std::fprintf(stderr, "\r\033[K");
   const double gemm_gflops = gemm.ok() ? *gemm : 0.0;
   const double prefill_gflops = prefill_flops / prefill_s / 1e9;
@@ -204,6 +226,10 @@ int RunBenchEngine(const std::vector<std::string>&) {
     nlohmann::json j;
     j["model"] = o.model;
     j["dtype"] = DTypeName(*dtype);
+    j["device"] = o.device;
+    j["device_name"] = device_name;
+    j["probe"] = probe_name;
+    j["gemm"] = gemm_name;
     j["threads"] = e.options().num_threads;
     j["prompt_len"] = prompt_len;
     j["gen_len"] = gen_len;
@@ -214,11 +240,13 @@ int RunBenchEngine(const std::vector<std::string>&) {
     if (!gemm.ok()) j["gemm_error"] = gemm.status().ToString();
     j["prefill"] = {{"tokens_per_s", prompt_len / prefill_s},
                     {"gflops", prefill_gflops},
+                    {"tflops", prefill_gflops / 1e3},
                     {"fraction_of_gemm",
                      gemm_gflops > 0 ? prefill_gflops / gemm_gflops : 0}};
     for (const auto& r : rows) {
       decode.push_back({{"batch", r.batch},
                         {"tokens_per_s", r.tokens_per_s},
+                        {"step_ms", 1e3 * r.batch / r.tokens_per_s},
                         {"weight_gbps", r.weight_gbps},
                         {"weight_and_kv_gbps", r.total_gbps},
                         {"fraction_of_probe", r.total_gbps / probe_gbps}});
@@ -231,26 +259,27 @@ int RunBenchEngine(const std::vector<std::string>&) {
     return 0;
   }
   std::printf(
-      "model %s  dtype %s  threads %d  prompt_len %d  gen_len %d  (load %.1f "
-      "s)\n",
-      o.model.c_str(), DTypeName(*dtype), threads, prompt_len, gen_len, load_s);
-  std::printf("memory-bandwidth probe      %8.1f GB/s\n", probe_gbps);
+      "model %s  dtype %s  device %s  threads %d  prompt_len %d  gen_len %d  "
+      "(load %.1f s)\n",
+      o.model.c_str(), DTypeName(*dtype), device_name.c_str(), threads,
+      prompt_len, gen_len, load_s);
+  std::printf("%s  %8.1f GB/s\n", probe_name, probe_gbps);
   if (gemm.ok()) {
-    std::printf("oneDNN GEMM %dx%lldx%lld  %8.1f GFLOP/s\n", prompt_len,
+    std::printf("%s %dx%lldx%lld  %8.1f GFLOP/s\n", gemm_name, prompt_len,
                 static_cast<long long>(2 * I), static_cast<long long>(H),
                 gemm_gflops);
   } else {
-    std::printf("oneDNN GEMM: %s\n", gemm.status().ToString().c_str());
+    std::printf("%s: %s\n", gemm_name, gemm.status().ToString().c_str());
   }
   std::printf("prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM\n",
               prompt_len / prefill_s, prefill_gflops,
               gemm_gflops > 0 ? 100 * prefill_gflops / gemm_gflops : 0.0);
   for (const auto& r : rows) {
     std::printf(
-        "decode batch %3d  %8.1f tokens/s  weights %6.1f GB/s  "
-        "weights+KV %6.1f GB/s = %.0f%% of probe\n",
-        r.batch, r.tokens_per_s, r.weight_gbps, r.total_gbps,
-        100 * r.total_gbps / probe_gbps);
+        "decode batch %3d  step %7.2f ms  %8.1f tokens/s  weights %6.1f "
+        "GB/s  weights+KV %6.1f GB/s = %.0f%% of probe\n",
+        r.batch, 1e3 * r.batch / r.tokens_per_s, r.tokens_per_s, r.weight_gbps,
+        r.total_gbps, 100 * r.total_gbps / probe_gbps);
   }
   std::printf(
       "peak RSS %.1f MiB  vs weights %.1f MiB + KV budget %.1f MiB = %.1f "
@@ -264,7 +293,8 @@ PDSERVE_SUBCOMMAND(
     "bench-engine",
     "engine prefill/decode throughput vs bandwidth and GEMM probes",
     "pdserve bench-engine --model=synthetic:llama-110m --dtype=f32|bf16 "
-    "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 [--json]",
+    "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 "
+    "[--device=cpu|cuda] [--json]",
     RunBenchEngine);
 
 }  // namespace

@@ -15,6 +15,13 @@ ABSL_FLAG(
     "decode: KV of a push that stalls, or that no router claims, is freed "
     "after this long");
 
+ABSL_FLAG(int32_t, max_waiting_seqs, 256,
+          "decode: sequences waiting to join the batch at most; beyond, "
+          "RESOURCE_EXHAUSTED (0 = unbounded)");
+ABSL_FLAG(double, kv_watermark, 0.01,
+          "decode: admit new sequences only while this fraction of the KV "
+          "blocks stays free (running sequences grow into it)");
+
 ABSL_FLAG(
     int32_t, testonly_stream_delay_ms, 0,
     "TEST ONLY: stream one token per message, this many ms apart (0 = off)");
@@ -33,6 +40,8 @@ int RunDecode(const std::vector<std::string>&) {
   DecodeWorkerOptions options;
   options.engine = *engine;
   options.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting_seqs);
+  options.scheduler.kv_watermark = absl::GetFlag(FLAGS_kv_watermark);
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));
   options.testonly_stream_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_stream_delay_ms));

@@ -15,6 +15,9 @@ ABSL_FLAG(
     int32_t, max_prefill_tokens, 2048,
     "prefill: tokens per forward pass (prompts batched up to this; longer "
     "prompts are chunked)");
+ABSL_FLAG(int32_t, max_prefill_queue, 256,
+          "prefill: prompts queued at most; beyond, RESOURCE_EXHAUSTED (the "
+          "router tries another worker) (0 = unbounded)");
 ABSL_FLAG(
     int32_t, testonly_corrupt_kv_push, -1,
     "TEST ONLY fault injection: flip a byte of this KV chunk (0-based) of "
@@ -41,6 +44,7 @@ int RunPrefill(const std::vector<std::string>&) {
   options.engine.max_batch_tokens = std::max(
       options.engine.max_batch_tokens, absl::GetFlag(FLAGS_max_prefill_tokens));
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  options.max_queue = absl::GetFlag(FLAGS_max_prefill_queue);
   options.testonly_prefill_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_prefill_delay_ms));
   options.metrics = &prefill_metrics;

@@ -21,6 +21,17 @@ ABSL_FLAG(
 ABSL_FLAG(int32_t, auto_prefill_threshold, 32,
           "router --mode=auto: prompts shorter than this many tokens are "
           "prefilled on the decode worker");
+ABSL_FLAG(int32_t, prefix_routing_blocks, 2,
+          "router: route prompts sharing their first N KV blocks (of "
+          "--block_size tokens) to the same prefill worker (0 = off)");
+ABSL_FLAG(double, prefix_routing_max_extra_load, 2.0,
+          "router: leave the prefix's prefill worker when its queue exceeds "
+          "the least loaded one's by more than this");
+ABSL_FLAG(int32_t, max_in_flight, 1024,
+          "router: requests in flight at most; beyond, RESOURCE_EXHAUSTED "
+          "with a retry-after-ms hint (0 = unbounded)");
+ABSL_FLAG(int32_t, retry_after_ms, 100,
+          "router: the retry-after-ms hint sent with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_attempts, 3,
           "router: tries per request on UNAVAILABLE/RESOURCE_EXHAUSTED before "
           "any token was sent");
@@ -51,6 +62,12 @@ int RunRouter(const std::vector<std::string>&) {
   options.mode = *mode;
   options.auto_prefill_threshold = absl::GetFlag(FLAGS_auto_prefill_threshold);
   options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
+  options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  options.retry_after_ms = absl::GetFlag(FLAGS_retry_after_ms);
+  options.prefix_routing_blocks = absl::GetFlag(FLAGS_prefix_routing_blocks);
+  options.kv_block_size = absl::GetFlag(FLAGS_block_size);
+  options.prefix_routing_max_extra_load =
+      absl::GetFlag(FLAGS_prefix_routing_max_extra_load);
   options.limits.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
   options.limits.max_tokens_cap = absl::GetFlag(FLAGS_max_tokens_cap);
   options.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);

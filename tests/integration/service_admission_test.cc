@@ -1,0 +1,108 @@
+// Admission control: far more concurrent requests than the router, prefill
+// and decode queues hold. The excess is refused at once with
+// RESOURCE_EXHAUSTED and a retry-after-ms hint in the trailing metadata
+// (instead of queueing forever); every admitted request returns the exact
+// reference output; afterwards no KV block is in use on any worker.
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+
+namespace pdserve::testing {
+namespace {
+
+struct Outcome {
+  grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+  std::string message;
+  std::string retry_after_ms;  // trailing metadata, "" when absent
+  std::vector<int32_t> output_ids;
+};
+
+Outcome Call(v1::Generation::Stub& stub, const v1::GenerateRequest& req) {
+  Outcome o;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+  auto reader = stub.Generate(&ctx, req);
+  v1::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    for (const auto& t : msg.tokens()) o.output_ids.push_back(t.id());
+  }
+  const grpc::Status s = reader->Finish();
+  o.code = s.error_code();
+  o.message = s.error_message();
+  const auto& trailing = ctx.GetServerTrailingMetadata();
+  auto it = trailing.find("retry-after-ms");
+  if (it != trailing.end()) {
+    o.retry_after_ms = std::string(it->second.data(), it->second.size());
+  }
+  return o;
+}
+
+TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
+  ClusterOptions o;
+  o.prefill = 1;
+  o.decode = 1;
+  // Tiny queues and slow prefills: 48 simultaneous clients cannot all fit.
+  o.prefill_flags = {"--max_prefill_queue=2",
+                     "--testonly_prefill_delay_ms=300"};
+  o.decode_flags = {"--max_waiting_seqs=2", "--max_num_seqs=2"};
+  o.router_flags = {"--max_in_flight=12", "--retry_after_ms=250"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const auto cases = LoadReferenceCases();
+  ASSERT_FALSE(cases.empty());
+
+  constexpr int kClients = 48;
+  std::vector<Outcome> outcomes(kClients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kClients; ++i) {
+    threads.emplace_back([&, i] {
+      const ReferenceCase& rc = cases[i % cases.size()];
+      outcomes[i] =
+          Call(c.router(), IdsRequest(rc.prompt_ids, rc.max_new_tokens));
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  int ok = 0, refused = 0, by_router = 0, by_prefill = 0;
+  for (int i = 0; i < kClients; ++i) {
+    const Outcome& out = outcomes[i];
+    const ReferenceCase& rc = cases[i % cases.size()];
+    if (out.code == grpc::StatusCode::OK) {
+      ++ok;
+      EXPECT_EQ(out.output_ids, rc.output_ids) << "request " << i;
+    } else {
+      ++refused;
+      EXPECT_EQ(out.code, grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << "request " << i << ": " << out.message;
+      EXPECT_EQ(out.retry_after_ms, "250") << out.message;
+      EXPECT_TRUE(out.output_ids.empty()) << "refused after streaming";
+      by_router += out.message.find("router overloaded") != std::string::npos;
+      by_prefill += out.message.find("prefill queue full") != std::string::npos;
+    }
+  }
+  std::printf(
+      "%d admitted, %d refused with RESOURCE_EXHAUSTED (%d by the router's "
+      "bound, %d by the prefill queue's)\n",
+      ok, refused, by_router, by_prefill);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(ok + refused, kClients);
+  ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
+
+  // Once the load is gone, the same cluster serves again.
+  const Outcome after = Call(
+      c.router(), IdsRequest(cases[0].prompt_ids, cases[0].max_new_tokens));
+  EXPECT_EQ(after.code, grpc::StatusCode::OK) << after.message;
+  EXPECT_EQ(after.output_ids, cases[0].output_ids);
+  EXPECT_TRUE(after.retry_after_ms.empty());
+}
+
+}  // namespace
+}  // namespace pdserve::testing
