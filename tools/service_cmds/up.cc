@@ -277,6 +277,7 @@ int RunUp(const std::vector<std::string>&) {
           std::fflush(stdout);
         });
     std::printf("\n");
+    std::fflush(stdout);  // the story before the summary on stderr
     StopAll(children);
     if (!result.ok()) {
       std::fprintf(stderr, "pdserve up: logs in %s/\n", dir.c_str());
