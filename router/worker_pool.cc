@@ -15,6 +15,13 @@
 namespace pdserve {
 namespace {
 
+// A healthy worker whose health/status polls time out stays routable until
+// this many polls in a row time out: on a CPU-bound worker (e.g. one core
+// busy with a long prefill) the answer can be late without anything being
+// wrong. A refused connection, NOT_SERVING or draining counts at once, so a
+// dead worker is still dropped on the first poll.
+constexpr int kTimeoutsBeforeUnhealthy = 3;
+
 std::shared_ptr<WorkerEndpoint> MakeEndpoint(
     const std::string& address,
     const std::shared_ptr<grpc::ChannelCredentials>& creds) {
@@ -54,6 +61,13 @@ void WorkerPool::PollEndpoint(WorkerEndpoint& ep) {
     health = absl::UnavailableError("draining");
   }
   absl::MutexLock lock(&ep.mu);
+  if (health.code() == absl::StatusCode::kDeadlineExceeded && ep.healthy &&
+      ++ep.consecutive_timeouts < kTimeoutsBeforeUnhealthy) {
+    PDSERVE_LOG_DEBUG("worker %s answered late (%d in a row): %s", ep.address,
+                      ep.consecutive_timeouts, health.message());
+    return;
+  }
+  ep.consecutive_timeouts = 0;
   if (health.ok() != ep.healthy) {
     PDSERVE_LOG_INFO(
         "worker %s is now %s%s", ep.address,

@@ -43,6 +43,9 @@ struct WorkerEndpoint {
 
   mutable absl::Mutex mu;
   bool healthy ABSL_GUARDED_BY(mu) = false;
+  // Health polls in a row that timed out (a worker busy computing on few
+  // cores answers late; only a run of them marks it unhealthy).
+  int consecutive_timeouts ABSL_GUARDED_BY(mu) = 0;
   std::string last_error ABSL_GUARDED_BY(mu);
   pb::WorkerStatusResponse status ABSL_GUARDED_BY(mu);
 };
