@@ -2,7 +2,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "common/backend/cpu/packed_matrix.h"
 
@@ -63,54 +66,99 @@ inline void ForEachRow(const AttentionArgs& a, int kv, int64_t head_offset,
   }
 }
 
+// kChunks = ceil(head_dim / 16) is a compile-time constant so that q and the
+// output accumulators stay in zmm registers (with a run-time count the
+// compiler kept them on the stack, and the P.V loop became a store-to-load
+// chain per position). Same arithmetic, in the same order, for every count.
+template <int kChunks>
 __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void AttendAvx512(
     const AttentionArgs& a, const float* q, float* scores, float* out) {
+  // Independent accumulator sets for P.V (positions j with j % kSets == u go
+  // to set u, summed in a fixed order at the end): the result depends only on
+  // (q, the rows, first, last), never on the batch or on chunking.
+  constexpr int kSets = kChunks <= 4 ? 4 : (kChunks <= 8 ? 2 : 1);
   const DType dtype = a.kv->layout().dtype;
   const int esize = DTypeSize(dtype);
   const int64_t head_offset = int64_t{a.kv_head} * a.head_dim * esize;
-  const int chunks = (a.head_dim + 15) / 16;
-  __m512 qv[16];
-  for (int c = 0; c < chunks; ++c) {
-    const int n = std::min(16, a.head_dim - 16 * c);
-    qv[c] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u),
+  // V row = K row + this (same block, kv index 1).
+  const int64_t v_delta = a.kv->layout().block_size * a.kv->row_bytes();
+  int lanes[kChunks];
+  __m512 qv[kChunks];
+  for (int c = 0; c < kChunks; ++c) {
+    lanes[c] = std::min(16, a.head_dim - 16 * c);
+    qv[c] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes[c]) - 1u),
                                   q + 16 * c);
   }
   const int count = a.last - a.first + 1;
-  float max_score = -INFINITY;
+  thread_local std::vector<const char*> rows;
+  if (static_cast<int>(rows.size()) < count) rows.resize(count);
   ForEachRow(a, 0, head_offset, [&](int j, const char* k) {
+    rows[j] = k;
     __m512 acc = _mm512_setzero_ps();
-    for (int c = 0; c < chunks; ++c) {
-      const int n = std::min(16, a.head_dim - 16 * c);
-      acc = _mm512_fmadd_ps(qv[c], LoadKv(k + 16 * c * esize, dtype, n), acc);
+    for (int c = 0; c < kChunks; ++c) {
+      acc = _mm512_fmadd_ps(qv[c], LoadKv(k + 16 * c * esize, dtype, lanes[c]),
+                            acc);
     }
-    const float s = _mm512_reduce_add_ps(acc) * a.scale;
-    scores[j] = s;
-    max_score = std::max(max_score, s);
+    scores[j] = _mm512_reduce_add_ps(acc) * a.scale;
   });
-  const __m512 mx = _mm512_set1_ps(max_score);
+  // max is exact whatever the order; the sum of exponentials is accumulated
+  // per lane and reduced once.
+  __m512 mxv = _mm512_set1_ps(-INFINITY);
   for (int j = 0; j < count; j += 16) {
     const int n = std::min(16, count - j);
     const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
-    const __m512 s = _mm512_maskz_loadu_ps(m, scores + j);
-    _mm512_mask_storeu_ps(scores + j, m, Exp512(_mm512_sub_ps(s, mx)));
+    mxv = _mm512_mask_max_ps(mxv, m, mxv, _mm512_maskz_loadu_ps(m, scores + j));
   }
-  float sum = 0.0f;
-  for (int j = 0; j < count; ++j) sum += scores[j];
-  const float inv = 1.0f / sum;
-  __m512 ov[16];
-  for (int c = 0; c < chunks; ++c) ov[c] = _mm512_setzero_ps();
-  ForEachRow(a, 1, head_offset, [&](int j, const char* v) {
-    const __m512 p = _mm512_set1_ps(scores[j] * inv);
-    for (int c = 0; c < chunks; ++c) {
-      const int n = std::min(16, a.head_dim - 16 * c);
-      ov[c] = _mm512_fmadd_ps(p, LoadKv(v + 16 * c * esize, dtype, n), ov[c]);
+  const __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mxv));
+  __m512 sumv = _mm512_setzero_ps();
+  for (int j = 0; j < count; j += 16) {
+    const int n = std::min(16, count - j);
+    const __mmask16 m = static_cast<__mmask16>((1u << n) - 1u);
+    const __m512 e =
+        Exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, scores + j), mx));
+    _mm512_mask_storeu_ps(scores + j, m, e);
+    sumv = _mm512_mask_add_ps(sumv, m, sumv, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sumv));
+  __m512 ov[kSets][kChunks];
+  for (int u = 0; u < kSets; ++u) {
+    for (int c = 0; c < kChunks; ++c) ov[u][c] = _mm512_setzero_ps();
+  }
+  int j = 0;
+  for (; j + kSets <= count; j += kSets) {
+    for (int u = 0; u < kSets; ++u) {
+      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(scores[j + u]), inv);
+      const char* v = rows[j + u] + v_delta;
+      for (int c = 0; c < kChunks; ++c) {
+        ov[u][c] = _mm512_fmadd_ps(
+            p, LoadKv(v + 16 * c * esize, dtype, lanes[c]), ov[u][c]);
+      }
     }
-  });
-  for (int c = 0; c < chunks; ++c) {
-    const int n = std::min(16, a.head_dim - 16 * c);
-    _mm512_mask_storeu_ps(out + 16 * c, static_cast<__mmask16>((1u << n) - 1u),
-                          ov[c]);
   }
+  for (; j < count; ++j) {
+    const __m512 p = _mm512_mul_ps(_mm512_set1_ps(scores[j]), inv);
+    const char* v = rows[j] + v_delta;
+    for (int c = 0; c < kChunks; ++c) {
+      ov[0][c] = _mm512_fmadd_ps(p, LoadKv(v + 16 * c * esize, dtype, lanes[c]),
+                                 ov[0][c]);
+    }
+  }
+  for (int c = 0; c < kChunks; ++c) {
+    __m512 total = ov[0][c];
+    for (int u = 1; u < kSets; ++u) total = _mm512_add_ps(total, ov[u][c]);
+    _mm512_mask_storeu_ps(out + 16 * c,
+                          static_cast<__mmask16>((1u << lanes[c]) - 1u), total);
+  }
+}
+
+template <int... kChunks>
+void AttendAvx512Dispatch(std::integer_sequence<int, kChunks...>,
+                          const AttentionArgs& a, const float* q, float* scores,
+                          float* out) {
+  const int chunks = (a.head_dim + 15) / 16;
+  ((chunks == kChunks + 1 ? AttendAvx512<kChunks + 1>(a, q, scores, out)
+                          : void()),
+   ...);
 }
 
 __attribute__((target("avx512f,fma"))) void SiluMulAvx512(const float* gate,
@@ -235,7 +283,8 @@ void StoreRow(const float* src, int n, DType dtype, char* dst) {
 void AttendHead(const AttentionArgs& args, const float* q, float* scores,
                 float* out) {
   if (CpuHasAvx512() && args.head_dim <= 256) {
-    AttendAvx512(args, q, scores, out);
+    AttendAvx512Dispatch(std::make_integer_sequence<int, 16>(), args, q, scores,
+                         out);
   } else {
     AttendScalar(args, q, scores, out);
   }
