@@ -19,6 +19,11 @@ sigset_t TerminationSet() {
 }  // namespace
 
 void BlockTerminationSignals() {
+  // A process started in the background of a non-interactive shell inherits
+  // SIGINT as ignored, and an ignored signal is discarded even while blocked:
+  // restore the default disposition so that sigtimedwait() receives it.
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
   sigset_t set = TerminationSet();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
