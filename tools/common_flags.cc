@@ -6,7 +6,8 @@ ABSL_FLAG(std::string, model, "models/stories260K",
           "Hugging Face model directory, or synthetic:NAME (llama-110m, "
           "llama-1b, llama3-8b) for random weights at a real shape");
 ABSL_FLAG(std::string, dtype, "f32", "weight/compute dtype: f32 or bf16");
-ABSL_FLAG(std::string, kv_dtype, "auto", "KV cache dtype: auto (= --dtype), f32 or bf16");
+ABSL_FLAG(std::string, kv_dtype, "auto",
+          "KV cache dtype: auto (= --dtype), f32 or bf16");
 ABSL_FLAG(std::string, kv_cache_memory, "256MiB",
           "KV cache budget: bytes (e.g. 512MiB, 2GiB) or a fraction of free "
           "memory (e.g. 0.2)");
@@ -31,7 +32,8 @@ ABSL_FLAG(double, frequency_penalty, 0.0, "OpenAI frequency penalty");
 ABSL_FLAG(int64_t, seed, 0,
           "random seed for sampling (bench: also of its dataset and arrivals)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-sequence ids");
-ABSL_FLAG(int32_t, top_logprobs, 0, "return the K most likely tokens per position");
+ABSL_FLAG(int32_t, top_logprobs, 0,
+          "return the K most likely tokens per position");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {},
           "extra stop token ids (comma-separated)");
@@ -46,4 +48,5 @@ ABSL_FLAG(std::vector<std::string>, decode, {},
           "up: number of decode workers (default 1)");
 
 ABSL_FLAG(bool, json, false, "print results as JSON");
-ABSL_FLAG(std::string, input_jsonl, "", "read one request per line from this JSONL file");
+ABSL_FLAG(std::string, input_jsonl, "",
+          "read one request per line from this JSONL file");

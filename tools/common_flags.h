@@ -11,15 +11,16 @@
 #include "absl/flags/declare.h"
 
 // Engine.
-ABSL_DECLARE_FLAG(std::string, model);  // HF directory or synthetic:NAME
-ABSL_DECLARE_FLAG(std::string, dtype);  // f32 | bf16 (weights)
+ABSL_DECLARE_FLAG(std::string, model);     // HF directory or synthetic:NAME
+ABSL_DECLARE_FLAG(std::string, dtype);     // f32 | bf16 (weights)
 ABSL_DECLARE_FLAG(std::string, kv_dtype);  // auto (= dtype) | f32 | bf16
-ABSL_DECLARE_FLAG(std::string, kv_cache_memory);  // bytes ("512MiB") or fraction ("0.2")
+ABSL_DECLARE_FLAG(std::string,
+                  kv_cache_memory);  // bytes ("512MiB") or fraction ("0.2")
 ABSL_DECLARE_FLAG(int32_t, block_size);
 ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
 ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
-ABSL_DECLARE_FLAG(std::string, device);  // cpu | cuda
-ABSL_DECLARE_FLAG(bool, prefix_caching);  // reuse cached prefix KV blocks
+ABSL_DECLARE_FLAG(std::string, device);     // cpu | cuda
+ABSL_DECLARE_FLAG(bool, prefix_caching);    // reuse cached prefix KV blocks
 ABSL_DECLARE_FLAG(std::string, tokenizer);  // "" = the --model directory's
 
 // Request: sampling and stopping (complete, generate, bench).
@@ -34,7 +35,7 @@ ABSL_DECLARE_FLAG(double, frequency_penalty);
 ABSL_DECLARE_FLAG(int64_t, seed);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
 ABSL_DECLARE_FLAG(int32_t, top_logprobs);
-ABSL_DECLARE_FLAG(std::vector<std::string>, stop);           // stop strings
+ABSL_DECLARE_FLAG(std::vector<std::string>, stop);            // stop strings
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop_token_ids);  // extra stop ids
 ABSL_DECLARE_FLAG(std::vector<std::string>, prompt_ids);      // 1,2,3
 

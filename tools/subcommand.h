@@ -35,7 +35,7 @@ struct SubcommandRegistration {
 #define PDSERVE_SUBCOMMAND_CONCAT_INNER_(a, b) a##b
 #define PDSERVE_SUBCOMMAND_CONCAT_(a, b) PDSERVE_SUBCOMMAND_CONCAT_INNER_(a, b)
 // PDSERVE_SUBCOMMAND("complete", "one-line summary", "usage text", RunFn);
-#define PDSERVE_SUBCOMMAND(name, summary, usage, fn)                  \
+#define PDSERVE_SUBCOMMAND(name, summary, usage, fn)                   \
   static ::pdserve::SubcommandRegistration PDSERVE_SUBCOMMAND_CONCAT_( \
       pdserve_subcommand_, __LINE__)(name, summary, usage, fn)
 

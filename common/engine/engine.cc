@@ -30,8 +30,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
   }
   if (options.device != "cpu" && options.device != "cuda") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "device must be cpu or cuda, got '", options.device, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device must be cpu or cuda, got '", options.device, "'"));
   }
   auto engine = std::unique_ptr<Engine>(new Engine());
   engine->options_ = options;

@@ -13,7 +13,8 @@ namespace pdserve {
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 // Sets the role tag printed on every line ("router", "prefill", ...), and the
-// minimum level printed (default kInfo; PDSERVE_LOG_LEVEL=debug|info|warning|error).
+// minimum level printed (default kInfo;
+// PDSERVE_LOG_LEVEL=debug|info|warning|error).
 void SetLogRole(std::string_view role);
 void SetMinLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
@@ -27,10 +28,13 @@ void Log(LogLevel level, const absl::FormatSpec<Args...>& format,
 
 }  // namespace pdserve
 
-#define PDSERVE_LOG_INFO(...) ::pdserve::Log(::pdserve::LogLevel::kInfo, __VA_ARGS__)
+#define PDSERVE_LOG_INFO(...) \
+  ::pdserve::Log(::pdserve::LogLevel::kInfo, __VA_ARGS__)
 #define PDSERVE_LOG_WARNING(...) \
   ::pdserve::Log(::pdserve::LogLevel::kWarning, __VA_ARGS__)
-#define PDSERVE_LOG_ERROR(...) ::pdserve::Log(::pdserve::LogLevel::kError, __VA_ARGS__)
-#define PDSERVE_LOG_DEBUG(...) ::pdserve::Log(::pdserve::LogLevel::kDebug, __VA_ARGS__)
+#define PDSERVE_LOG_ERROR(...) \
+  ::pdserve::Log(::pdserve::LogLevel::kError, __VA_ARGS__)
+#define PDSERVE_LOG_DEBUG(...) \
+  ::pdserve::Log(::pdserve::LogLevel::kDebug, __VA_ARGS__)
 
 #endif  // PDSERVE_COMMON_UTIL_LOGGING_H_
