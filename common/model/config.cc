@@ -351,4 +351,31 @@ std::vector<float> RopeInvFreq(const ModelConfig& c) {
   return inv;
 }
 
+LayerTensors DescribeLayerTensors(const ModelConfig& c, int layer) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  const int64_t Q = c.q_dim(), KV = c.kv_dim();
+  const std::string p = absl::StrCat("model.layers.", layer, ".");
+  const std::string a = p + "self_attn.", m = p + "mlp.";
+  LayerTensors t;
+  t.attn_norm = p + "input_layernorm.weight";
+  t.mlp_norm = p + "post_attention_layernorm.weight";
+  t.qkv = {{a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+           {Q, KV, KV},
+           H};
+  t.o = {{a + "o_proj.weight"}, {H}, Q};
+  t.gate_up = {{m + "gate_proj.weight", m + "up_proj.weight"}, {I, I}, H};
+  t.down = {{m + "down_proj.weight"}, {H}, I};
+  if (c.qkv_bias) {
+    t.qkv_bias = TensorGroup{
+        {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"}, {Q, KV, KV}};
+  }
+  if (c.o_bias) t.o_bias = TensorGroup{{a + "o_proj.bias"}, {H}};
+  if (c.mlp_bias) {
+    t.gate_up_bias =
+        TensorGroup{{m + "gate_proj.bias", m + "up_proj.bias"}, {I, I}};
+    t.down_bias = TensorGroup{{m + "down_proj.bias"}, {H}};
+  }
+  return t;
+}
+
 }  // namespace pdserve

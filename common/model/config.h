@@ -73,6 +73,24 @@ absl::StatusOr<GenerationConfig> ParseGenerationConfig(
 // float32 as transformers does, scaling applied.
 std::vector<float> RopeInvFreq(const ModelConfig& config);
 
+// Hugging Face tensors stacked along the output dimension, as the backends
+// fuse them (q|k|v, gate|up): names[i] has shape [rows[i]][cols] (cols = 0
+// for biases, which are [rows[i]]).
+struct TensorGroup {
+  std::vector<std::string> names;
+  std::vector<int64_t> rows;
+  int64_t cols = 0;
+};
+
+// The tensors of one decoder layer under this config: the single place that
+// knows the checkpoint's names, shapes and which biases exist.
+struct LayerTensors {
+  std::string attn_norm, mlp_norm;  // [hidden]
+  TensorGroup qkv, o, gate_up, down;
+  std::optional<TensorGroup> qkv_bias, o_bias, gate_up_bias, down_bias;
+};
+LayerTensors DescribeLayerTensors(const ModelConfig& config, int layer);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_MODEL_CONFIG_H_

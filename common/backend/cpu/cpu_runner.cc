@@ -122,41 +122,30 @@ absl::Status CpuRunner::LoadBiases(ModelSource& source,
 
 absl::Status CpuRunner::Load(ModelSource& source) {
   const ModelConfig& c = config_;
-  const int64_t H = c.hidden_size, I = c.intermediate_size;
-  const int64_t Q = c.q_dim(), KV = c.kv_dim();
+  const int64_t H = c.hidden_size;
   layers_.resize(c.num_layers);
   for (int l = 0; l < c.num_layers; ++l) {
     Layer& L = layers_[l];
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    const std::string a = p + "self_attn.", m = p + "mlp.";
-    ASSIGN_OR_RETURN(L.attn_norm,
-                     LoadVector(source, p + "input_layernorm.weight", H));
-    ASSIGN_OR_RETURN(
-        L.mlp_norm,
-        LoadVector(source, p + "post_attention_layernorm.weight", H));
-    RETURN_IF_ERROR(LoadMatrix(
-        source, {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-        {Q, KV, KV}, H, &L.qkv));
-    RETURN_IF_ERROR(LoadMatrix(source, {a + "o_proj.weight"}, {H}, Q, &L.o));
-    RETURN_IF_ERROR(LoadMatrix(source,
-                               {m + "gate_proj.weight", m + "up_proj.weight"},
-                               {I, I}, H, &L.gate_up));
+    const LayerTensors t = DescribeLayerTensors(c, l);
+    ASSIGN_OR_RETURN(L.attn_norm, LoadVector(source, t.attn_norm, H));
+    ASSIGN_OR_RETURN(L.mlp_norm, LoadVector(source, t.mlp_norm, H));
     RETURN_IF_ERROR(
-        LoadMatrix(source, {m + "down_proj.weight"}, {H}, I, &L.down));
-    if (c.qkv_bias) {
-      RETURN_IF_ERROR(LoadBiases(
-          source, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"},
-          {Q, KV, KV}, &L.qkv_bias));
-    }
-    if (c.o_bias) {
-      RETURN_IF_ERROR(LoadBiases(source, {a + "o_proj.bias"}, {H}, &L.o_bias));
-    }
-    if (c.mlp_bias) {
-      RETURN_IF_ERROR(LoadBiases(source,
-                                 {m + "gate_proj.bias", m + "up_proj.bias"},
-                                 {I, I}, &L.gate_up_bias));
-      RETURN_IF_ERROR(
-          LoadBiases(source, {m + "down_proj.bias"}, {H}, &L.down_bias));
+        LoadMatrix(source, t.qkv.names, t.qkv.rows, t.qkv.cols, &L.qkv));
+    RETURN_IF_ERROR(LoadMatrix(source, t.o.names, t.o.rows, t.o.cols, &L.o));
+    RETURN_IF_ERROR(LoadMatrix(source, t.gate_up.names, t.gate_up.rows,
+                               t.gate_up.cols, &L.gate_up));
+    RETURN_IF_ERROR(
+        LoadMatrix(source, t.down.names, t.down.rows, t.down.cols, &L.down));
+    const std::pair<const std::optional<TensorGroup>*, std::vector<float>*>
+        biases[] = {{&t.qkv_bias, &L.qkv_bias},
+                    {&t.o_bias, &L.o_bias},
+                    {&t.gate_up_bias, &L.gate_up_bias},
+                    {&t.down_bias, &L.down_bias}};
+    for (const auto& [group, out] : biases) {
+      if (group->has_value()) {
+        RETURN_IF_ERROR(
+            LoadBiases(source, (*group)->names, (*group)->rows, out));
+      }
     }
     L.window = c.layer_sliding_window.empty() ? 0 : c.layer_sliding_window[l];
   }
