@@ -290,6 +290,12 @@ TEST_F(GrpcTransportTest, CancelledPushAbortsTheSink) {
                             absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(stream.ok());
   ASSERT_TRUE((*stream)->Send(MakeChunk(TestLayout(), 0, 0, 8, 3)).ok());
+  // Cancel only once the receiver holds a sink with data in it: a cancel that
+  // races ahead of the call reaching the server allocates nothing to abort.
+  for (int i = 0; i < 1000 && factory_.Get("cancel").chunks.empty(); ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(factory_.Get("cancel").chunks.size(), 1u);
   (*stream)->Cancel();
   pb::KvCommit commit;
   EXPECT_FALSE((*stream)->Commit(commit).ok());
