@@ -1,11 +1,14 @@
 // CPU backend: the packed matmul against a double-precision product, its
 // row invariance (a row's result is bit-identical alone or among any other
-// rows, with any thread count), and the thread pool's static split.
+// rows, with any thread count), tiled attention against a double-precision
+// softmax and bit-identical to each query alone, and the thread pool's
+// static split.
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/thread_pool.h"
 #include "gtest/gtest.h"
@@ -85,6 +88,118 @@ TEST(MatMul, F32MatchesReferenceAndIsRowInvariant) {
 TEST(MatMul, Bf16MatchesReferenceAndIsRowInvariant) {
   CheckMatMul(DType::kBF16, 100, 37);
   CheckMatMul(DType::kBF16, 130, 513);
+}
+
+// Queries of one sequence attended together (AttendHeads tiles share K/V
+// loads) must give exactly what each gives alone, for any tile-mates and
+// windows, and match a double-precision reference.
+void CheckAttentionTiles(DType dtype, int head_dim) {
+  KvLayout layout;
+  layout.num_layers = 2;
+  layout.num_kv_heads = 2;
+  layout.head_dim = head_dim;
+  layout.block_size = 16;
+  layout.dtype = dtype;
+  constexpr int kLen = 83;
+  auto kv = KvCache::Create(layout, layout.BytesPerBlock() * 8);
+  ASSERT_TRUE(kv.ok()) << kv.status();
+  const SeqId seq = (*kv)->CreateSequence();
+  ASSERT_TRUE((*kv)->Reserve(seq, kLen).ok());
+  std::mt19937 rng(head_dim * 7 + static_cast<int>(dtype));
+  std::uniform_real_distribution<float> u(-2, 2);
+  const int kvd = layout.num_kv_heads * head_dim;
+  std::vector<float> row(kvd);
+  for (int l = 0; l < 2; ++l) {
+    for (int p = 0; p < kLen; ++p) {
+      for (auto& v : row) v = u(rng);
+      StoreRow(row.data(), kvd, dtype, (*kv)->KeyRow(seq, l, p));
+      for (auto& v : row) v = u(rng);
+      StoreRow(row.data(), kvd, dtype, (*kv)->ValueRow(seq, l, p));
+    }
+  }
+  auto load = [&](const char* p, int i) {
+    if (dtype == DType::kBF16) {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return static_cast<double>(Bf16ToF32(b));
+    }
+    float f;
+    std::memcpy(&f, p + 4 * i, 4);
+    return static_cast<double>(f);
+  };
+  AttentionArgs args{};
+  args.kv = kv->get();
+  args.table = (*kv)->BlockTable(seq);
+  args.layer = 1;
+  args.kv_head = 1;
+  args.head_dim = head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  constexpr int kQueries = 11;
+  std::vector<float> q(kQueries * head_dim);
+  for (auto& v : q) v = u(rng);
+  for (int window : {0, 5, 40}) {
+    // Queries at positions 60..70 (consecutive, as a prefill chunk).
+    std::vector<AttentionQuery> qs(kQueries);
+    std::vector<std::vector<float>> scores(kQueries,
+                                           std::vector<float>(kLen + 16));
+    std::vector<float> tiled(kQueries * head_dim), alone(kQueries * head_dim);
+    for (int g = 0; g < kQueries; ++g) {
+      const int pos = 60 + g;
+      qs[g] = {q.data() + g * head_dim,
+               window ? std::max(0, pos - window + 1) : 0, pos,
+               scores[g].data(), tiled.data() + g * head_dim};
+    }
+    AttendHeads(args, qs.data(), kQueries);
+    for (int g = 0; g < kQueries; ++g) {
+      AttentionArgs one = args;
+      one.first = qs[g].first;
+      one.last = qs[g].last;
+      AttendHead(one, qs[g].q, scores[g].data(), alone.data() + g * head_dim);
+      // Double-precision reference.
+      std::vector<double> s;
+      double mx = -1e300;
+      for (int p = one.first; p <= one.last; ++p) {
+        const char* k = (*kv)->KeyRow(seq, 1, p) + head_dim * DTypeSize(dtype);
+        double d = 0;
+        for (int i = 0; i < head_dim; ++i) d += qs[g].q[i] * load(k, i);
+        s.push_back(d * args.scale);
+        mx = std::max(mx, s.back());
+      }
+      double sum = 0;
+      for (double& v : s) sum += (v = std::exp(v - mx));
+      for (int i = 0; i < head_dim; ++i) {
+        double ref = 0;
+        for (int p = one.first; p <= one.last; ++p) {
+          const char* v =
+              (*kv)->ValueRow(seq, 1, p) + head_dim * DTypeSize(dtype);
+          ref += s[p - one.first] / sum * load(v, i);
+        }
+        EXPECT_NEAR(alone[g * head_dim + i], ref, 1e-5)
+            << "query " << g << " dim " << i << " window " << window;
+      }
+    }
+    EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * 4), 0)
+        << "head_dim " << head_dim << " window " << window;
+    // A tile starting elsewhere (different tile-mates): same bits.
+    std::vector<float> shifted(kQueries * head_dim);
+    std::vector<AttentionQuery> rest(qs.begin() + 3, qs.end());
+    for (int g = 0; g < static_cast<int>(rest.size()); ++g) {
+      rest[g].out = shifted.data() + (g + 3) * head_dim;
+    }
+    AttendHeads(args, rest.data(), static_cast<int>(rest.size()));
+    EXPECT_EQ(
+        std::memcmp(shifted.data() + 3 * head_dim, alone.data() + 3 * head_dim,
+                    (kQueries - 3) * head_dim * 4),
+        0)
+        << "head_dim " << head_dim << " window " << window;
+  }
+}
+
+TEST(Attention, TilesAreBitIdenticalToSingleQueries) {
+  for (int head_dim : {64, 128, 48, 256}) {
+    CheckAttentionTiles(DType::kF32, head_dim);
+    CheckAttentionTiles(DType::kBF16, head_dim);
+  }
 }
 
 }  // namespace

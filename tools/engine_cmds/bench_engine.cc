@@ -4,11 +4,15 @@
 // --device=cpu the probes are a multi-threaded read and oneDNN's GEMM; on
 // --device=cuda a device-to-device copy and cuBLAS's GEMM (bf16 in, f32
 // accumulate) of the same shape.
+#include <malloc.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -43,12 +47,22 @@ void Progress(const std::string& text) {
   std::fflush(stderr);
 }
 
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int Fail(const std::string& message) {
   std::fprintf(stderr, "bench-engine: %s\n", message.c_str());
   return 1;
 }
 
 int RunBenchEngine(const std::vector<std::string>&) {
+  // Large blocks always mmapped, so that a probe's freed buffers leave the
+  // RSS (glibc would otherwise raise its threshold and keep them).
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   const int threads = absl::GetFlag(FLAGS_threads);
   if (threads > 0) {
     // oneDNN's OpenMP runtime reads this on first use: same threads as ours.
@@ -109,7 +123,59 @@ int RunBenchEngine(const std::vector<std::string>&) {
   for (auto& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
   std::vector<float> logits;
 
-  // Prefill: one sequence of prompt_len tokens (best of 2 after a warm-up).
+  // The reference probes, run interleaved with the engine's measurements so
+  // that both see the same machine (on a shared machine the load drifts
+  // between phases). The bandwidth probe reads as many bytes as one decode
+  // step streams weights; its buffer is freed and the peak-RSS mark reset
+  // after each use so that peak RSS stays the engine's own.
+  ThreadPool probe_pool(on_cuda ? 1 : threads);
+  const int64_t probe_bytes =
+      on_cuda ? int64_t{1} << 30 : e.weight_bytes_per_pass();
+  int64_t peak_rss = 0;
+  std::vector<double> all_probe;
+  auto quiesce = [] {  // let spinning pool / OpenMP threads go to sleep
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  };
+  auto bandwidth_probe = [&](int reps) -> absl::StatusOr<std::vector<double>> {
+    quiesce();
+    std::vector<double> gbps;
+    if (on_cuda) {
+      for (int r = 0; r < reps; ++r) {
+        auto copy = MeasureCudaCopyGbps(probe_bytes, 3);
+        if (!copy.ok()) return copy.status();
+        gbps.push_back(*copy);
+      }
+    } else {
+      peak_rss = std::max(peak_rss, PeakRssBytes());
+      gbps = MeasureReadBandwidthGbps(probe_pool, probe_bytes, reps);
+      ResetPeakRss();
+    }
+    all_probe.insert(all_probe.end(), gbps.begin(), gbps.end());
+    quiesce();
+    return gbps;
+  };
+  std::vector<double> gemm_runs;
+  absl::Status gemm_status;
+  auto gemm_probe = [&] {
+    quiesce();
+    peak_rss = std::max(peak_rss, PeakRssBytes());
+    absl::StatusOr<double> g =
+        on_cuda
+            ? MeasureCublasGemmGflops(prompt_len, 2 * I, H, *dtype, 1)
+            : MeasureOneDnnGemmGflops(prompt_len, 2 * I, H, *dtype, threads, 1);
+    if (g.ok()) {
+      gemm_runs.push_back(*g);
+    } else {
+      gemm_status = g.status();
+    }
+    ResetPeakRss();
+    quiesce();
+  };
+
+  // Prefill: one sequence of prompt_len tokens, best of kPrefillRuns after a
+  // warm-up, each run preceded by one GEMM probe run (after its own warm-up):
+  // best of kPrefillRuns against best of kPrefillRuns.
+  constexpr int kPrefillRuns = 4;
   Progress("prefill warm-up");
   {
     SeqId s = *e.CreateSequence();
@@ -121,9 +187,11 @@ int RunBenchEngine(const std::vector<std::string>&) {
   }
   double prefill_s = 1e30;
   SeqId base = 0;
-  for (int rep = 0; rep < 2; ++rep) {
-    Progress(
-        absl::StrCat("prefill ", prompt_len, " tokens, run ", rep + 1, "/2"));
+  for (int rep = 0; rep < kPrefillRuns; ++rep) {
+    Progress(absl::StrCat("GEMM probe ", rep + 1));
+    gemm_probe();
+    Progress(absl::StrCat("prefill ", prompt_len, " tokens, run ", rep + 1, "/",
+                          kPrefillRuns));
     SeqId s = *e.CreateSequence();
     Engine::ForwardItem item{s, prompt, true};
     const double t0 = Now();
@@ -143,13 +211,18 @@ int RunBenchEngine(const std::vector<std::string>&) {
       4.0 * c.num_layers * c.num_heads * c.head_dim * attn_pairs;
 
   // Decode: `batch` copies of the prefilled sequence (KV cloned by
-  // export/import), gen_len steps each.
+  // export/import), gen_len steps each, with kProbeReps bandwidth-probe reads
+  // right before and right after and one after every kProbeEvery steps
+  // (steps are timed one by one, probes between them). GB/s use the median
+  // step time against the median of those paired probe reads.
+  constexpr int kProbeReps = 3;
+  constexpr int kProbeEvery = 16;
   const int64_t kv_token_bytes =
       e.kv_layout().BytesPerTokenPerLayer() * c.num_layers;
   nlohmann::json decode = nlohmann::json::array();
   struct DecodeRow {
     int batch;
-    double tokens_per_s, weight_gbps, total_gbps;
+    double mean_step_s, median_step_s, weight_gbps, total_gbps, probe_gbps;
   };
   std::vector<DecodeRow> rows;
   for (int batch : batches) {
@@ -166,9 +239,13 @@ int RunBenchEngine(const std::vector<std::string>&) {
       (void)e.SetSequenceLength(s, prompt_len);
       seqs.push_back(s);
     }
+    Progress(absl::StrCat("bandwidth probe (batch ", batch, ")"));
+    auto before = bandwidth_probe(kProbeReps);
+    if (!before.ok()) return Fail(before.status().ToString());
+    std::vector<double> paired = *before;
     std::vector<int32_t> next(batch, 5);
-    double weight_bytes = 0, kv_bytes = 0;
-    const double t0 = Now();
+    double kv_bytes = 0;
+    std::vector<double> steps;
     for (int step = 0; step < gen_len; ++step) {
       if (step % 8 == 0) {
         Progress(absl::StrCat("decode batch ", batch, ": step ", step, "/",
@@ -179,9 +256,15 @@ int RunBenchEngine(const std::vector<std::string>&) {
         items.push_back({seqs[b], absl::MakeConstSpan(&next[b], 1), true});
         kv_bytes += static_cast<double>(prompt_len + step + 1) * kv_token_bytes;
       }
-      weight_bytes += e.weight_bytes_per_pass();
+      const double t0 = Now();
       if (auto st = e.Forward(items, &logits); !st.ok())
         return Fail(st.ToString());
+      steps.push_back(Now() - t0);
+      if ((step + 1) % kProbeEvery == 0 && step + 1 < gen_len) {
+        auto during = bandwidth_probe(1);
+        if (!during.ok()) return Fail(during.status().ToString());
+        paired.insert(paired.end(), during->begin(), during->end());
+      }
       for (int b = 0; b < batch; ++b) {
         next[b] = static_cast<int32_t>(
             std::max_element(logits.begin() + b * c.vocab_size,
@@ -189,39 +272,35 @@ int RunBenchEngine(const std::vector<std::string>&) {
             (logits.begin() + b * c.vocab_size));
       }
     }
-    const double dt = Now() - t0;
-    rows.push_back({batch, batch * gen_len / dt, weight_bytes / dt / 1e9,
-                    (weight_bytes + kv_bytes) / dt / 1e9});
+    Progress(absl::StrCat("bandwidth probe (batch ", batch, ")"));
+    auto after = bandwidth_probe(kProbeReps);
+    if (!after.ok()) return Fail(after.status().ToString());
+    paired.insert(paired.end(), after->begin(), after->end());
+    double total_s = 0;
+    for (double t : steps) total_s += t;
+    const double median_s = Median(steps);
+    const double weights = static_cast<double>(e.weight_bytes_per_pass());
+    rows.push_back(
+        {batch, total_s / gen_len, median_s, weights / median_s / 1e9,
+         (weights + kv_bytes / gen_len) / median_s / 1e9, Median(paired)});
     for (SeqId s : seqs) e.FreeSequence(s);
   }
-  const int64_t peak_rss = PeakRssBytes();  // before the probes allocate
+  peak_rss = std::max(peak_rss, PeakRssBytes());
 
-  double probe_gbps = 0;
-  absl::StatusOr<double> gemm = 0.0;
+  const double probe_gbps = Median(all_probe);
   std::string device_name = "cpu";
-  if (on_cuda) {
-    Progress("device-to-device copy probe");
-    auto copy = MeasureCudaCopyGbps(int64_t{1} << 30, 10);
-    if (!copy.ok()) return Fail(copy.status().ToString());
-    probe_gbps = *copy;
-    Progress("cuBLAS GEMM");
-    gemm = MeasureCublasGemmGflops(prompt_len, 2 * I, H, *dtype, 10);
-    device_name = CudaDeviceDescription().value_or("cuda");
-  } else {
-    Progress("memory bandwidth probe");
-    ThreadPool pool(threads);
-    probe_gbps = MeasureReadBandwidthGbps(pool, int64_t{1} << 30, 5);
-    Progress("oneDNN GEMM");
-    gemm = MeasureOneDnnGemmGflops(prompt_len, 2 * I, H, *dtype, threads, 5);
-  }
+  if (on_cuda) device_name = CudaDeviceDescription().value_or("cuda");
   const char* probe_name =
       on_cuda ? "device-to-device copy (read+write)" : "memory-bandwidth probe";
   const char* gemm_name = on_cuda ? "cuBLAS GEMM" : "oneDNN GEMM";
   std::fprintf(stderr, "\r\033[K");
-  const double gemm_gflops = gemm.ok() ? *gemm : 0.0;
+  const bool gemm_ok = !gemm_runs.empty();
+  const double gemm_gflops =
+      gemm_ok ? *std::max_element(gemm_runs.begin(), gemm_runs.end()) : 0.0;
   const double prefill_gflops = prefill_flops / prefill_s / 1e9;
   const int64_t budget = e.weight_bytes() + o.kv_cache_bytes;
 
+  const double gemm_fraction = gemm_ok ? prefill_gflops / gemm_gflops : 0.0;
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j;
     j["model"] = o.model;
@@ -229,27 +308,33 @@ int RunBenchEngine(const std::vector<std::string>&) {
     j["device"] = o.device;
     j["device_name"] = device_name;
     j["probe"] = probe_name;
+    j["probe_bytes"] = probe_bytes;
     j["gemm"] = gemm_name;
     j["threads"] = e.options().num_threads;
     j["prompt_len"] = prompt_len;
     j["gen_len"] = gen_len;
     j["load_s"] = load_s;
     j["probe_bandwidth_gbps"] = probe_gbps;
+    j["probe_runs_gbps"] = all_probe;
     j["gemm_gflops"] = gemm_gflops;
+    j["gemm_runs_gflops"] = gemm_runs;
     j["gemm_shape"] = {prompt_len, 2 * I, H};
-    if (!gemm.ok()) j["gemm_error"] = gemm.status().ToString();
+    if (!gemm_ok) j["gemm_error"] = gemm_status.ToString();
     j["prefill"] = {{"tokens_per_s", prompt_len / prefill_s},
                     {"gflops", prefill_gflops},
                     {"tflops", prefill_gflops / 1e3},
-                    {"fraction_of_gemm",
-                     gemm_gflops > 0 ? prefill_gflops / gemm_gflops : 0}};
+                    {"fraction_of_gemm", gemm_fraction}};
     for (const auto& r : rows) {
-      decode.push_back({{"batch", r.batch},
-                        {"tokens_per_s", r.tokens_per_s},
-                        {"step_ms", 1e3 * r.batch / r.tokens_per_s},
-                        {"weight_gbps", r.weight_gbps},
-                        {"weight_and_kv_gbps", r.total_gbps},
-                        {"fraction_of_probe", r.total_gbps / probe_gbps}});
+      decode.push_back(
+          {{"batch", r.batch},
+           {"tokens_per_s", r.batch / r.mean_step_s},
+           {"step_ms", 1e3 * r.mean_step_s},
+           {"median_step_ms", 1e3 * r.median_step_s},
+           {"weight_gbps", r.weight_gbps},
+           {"weight_and_kv_gbps", r.total_gbps},
+           {"probe_gbps", r.probe_gbps},
+           {"fraction_of_probe", r.weight_gbps / r.probe_gbps},
+           {"weight_and_kv_fraction_of_probe", r.total_gbps / r.probe_gbps}});
     }
     j["decode"] = decode;
     j["weights_bytes"] = e.weight_bytes();
@@ -263,23 +348,28 @@ int RunBenchEngine(const std::vector<std::string>&) {
       "(load %.1f s)\n",
       o.model.c_str(), DTypeName(*dtype), device_name.c_str(), threads,
       prompt_len, gen_len, load_s);
-  std::printf("%s  %8.1f GB/s\n", probe_name, probe_gbps);
-  if (gemm.ok()) {
-    std::printf("%s %dx%lldx%lld  %8.1f GFLOP/s\n", gemm_name, prompt_len,
-                static_cast<long long>(2 * I), static_cast<long long>(H),
-                gemm_gflops);
+  std::printf("%s over %.1f MB  %8.1f GB/s (median of %zu reads)\n", probe_name,
+              probe_bytes / 1e6, probe_gbps, all_probe.size());
+  if (gemm_ok) {
+    std::printf("%s %dx%lldx%lld  %8.1f GFLOP/s (best of %zu)\n", gemm_name,
+                prompt_len, static_cast<long long>(2 * I),
+                static_cast<long long>(H), gemm_gflops, gemm_runs.size());
   } else {
-    std::printf("%s: %s\n", gemm_name, gemm.status().ToString().c_str());
+    std::printf("%s: %s\n", gemm_name, gemm_status.ToString().c_str());
   }
-  std::printf("prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM\n",
-              prompt_len / prefill_s, prefill_gflops,
-              gemm_gflops > 0 ? 100 * prefill_gflops / gemm_gflops : 0.0);
+  std::printf(
+      "prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM (best of %d)\n",
+      prompt_len / prefill_s, prefill_gflops, 100 * gemm_fraction,
+      kPrefillRuns);
   for (const auto& r : rows) {
     std::printf(
-        "decode batch %3d  step %7.2f ms  %8.1f tokens/s  weights %6.1f "
-        "GB/s  weights+KV %6.1f GB/s = %.0f%% of probe\n",
-        r.batch, 1e3 * r.batch / r.tokens_per_s, r.tokens_per_s, r.weight_gbps,
-        r.total_gbps, 100 * r.total_gbps / probe_gbps);
+        "decode batch %3d  step %7.2f ms (median %.2f)  %8.1f tokens/s  "
+        "weights %6.1f GB/s = %.0f%% of probe %.1f  weights+KV %6.1f GB/s "
+        "= %.0f%%\n",
+        r.batch, 1e3 * r.mean_step_s, 1e3 * r.median_step_s,
+        r.batch / r.mean_step_s, r.weight_gbps,
+        100 * r.weight_gbps / r.probe_gbps, r.probe_gbps, r.total_gbps,
+        100 * r.total_gbps / r.probe_gbps);
   }
   std::printf(
       "peak RSS %.1f MiB  vs weights %.1f MiB + KV budget %.1f MiB = %.1f "

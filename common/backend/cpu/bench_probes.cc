@@ -43,7 +43,8 @@ float SumScalar(const float* p, int64_t n) {
 
 }  // namespace
 
-double MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes, int reps) {
+std::vector<double> MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes,
+                                             int reps) {
   const int64_t n = bytes / 4 / 4096 * 4096;
   AlignedBuffer buf = AllocateAligned(n * 4);
   float* p = reinterpret_cast<float*>(buf.get());
@@ -52,7 +53,7 @@ double MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes, int reps) {
   });
   const int64_t chunks = n / 4096;
   std::vector<float> sink(pool.num_threads());
-  double best = 0;
+  std::vector<double> gbps;
   for (int r = 0; r < reps; ++r) {
     const double t0 = Now();
     pool.ParallelFor(chunks, [&](int64_t b, int64_t e, int t) {
@@ -61,11 +62,11 @@ double MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes, int reps) {
       sink[t] += CpuHasAvx512() ? SumAvx512(start, len) : SumScalar(start, len);
     });
     const double dt = Now() - t0;
-    best = std::max(best, static_cast<double>(n) * 4 / dt / 1e9);
+    gbps.push_back(static_cast<double>(n) * 4 / dt / 1e9);
   }
   volatile float keep = sink[0];
   (void)keep;
-  return best;
+  return gbps;
 }
 
 absl::StatusOr<double> MeasureOneDnnGemmGflops(int64_t M, int64_t N, int64_t K,
@@ -120,6 +121,13 @@ int64_t PeakRssBytes() {
     if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
   }
   return -1;
+}
+
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
 }
 
 }  // namespace pdserve

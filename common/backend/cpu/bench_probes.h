@@ -6,6 +6,7 @@
 #define PDSERVE_COMMON_BACKEND_CPU_BENCH_PROBES_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/backend/thread_pool.h"
@@ -13,9 +14,12 @@
 
 namespace pdserve {
 
-// GB/s (1e9 bytes/s) of a multithreaded AVX-512 read-and-sum over `bytes`
-// (make it much larger than the last-level cache); best of `reps`.
-double MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes, int reps);
+// GB/s (1e9 bytes/s) of a plain streaming read: every thread of `pool` sums
+// its contiguous share of a `bytes` buffer with AVX-512 loads (4 independent
+// accumulators). The buffer is allocated and written once, then read `reps`
+// times; one figure per read.
+std::vector<double> MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes,
+                                             int reps);
 
 // GFLOP/s of oneDNN's matmul y[M][N] = x[M][K] * w[K][N] in `dtype` (bf16:
 // bf16 inputs, f32 output), best of `reps` after a warm-up, with `threads`
@@ -26,6 +30,9 @@ absl::StatusOr<double> MeasureOneDnnGemmGflops(int64_t M, int64_t N, int64_t K,
 
 // Peak resident set size of this process (VmHWM), bytes; -1 if unknown.
 int64_t PeakRssBytes();
+// Resets VmHWM to the current RSS (/proc/self/clear_refs "5"), so that a
+// probe's freed buffer no longer counts; false if the kernel refused.
+bool ResetPeakRss();
 
 }  // namespace pdserve
 

@@ -1,5 +1,6 @@
 // The Llama-family transformer forward pass on the CPU kernels.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -43,6 +44,12 @@ class CpuRunner : public ModelRunner {
     int32_t token;
     int pos;
   };
+  // Consecutive rows of one sequence whose attention runs together.
+  struct Tile {
+    int64_t row0;
+    int rows;
+  };
+  static constexpr int kMaxTileRows = 8;
 
   CpuRunner(const ModelConfig& config, const RunnerOptions& options)
       : config_(config), options_(options) {}
@@ -76,6 +83,8 @@ class CpuRunner : public ModelRunner {
   // Workspaces.
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, cos_, sin_, scores_;
   std::vector<Row> rows_;
+  std::vector<Tile> tiles_;
+  int tile_rows_ = 1;  // AttentionTileRows(head_dim)
 };
 
 absl::StatusOr<std::vector<float>> CpuRunner::LoadVector(
@@ -182,9 +191,12 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CpuRunner::Create(
   runner->act_.resize(T * c.intermediate_size);
   runner->cos_.resize(T * c.head_dim / 2);
   runner->sin_.resize(T * c.head_dim / 2);
+  runner->tile_rows_ =
+      std::min(kMaxTileRows, AttentionTileRows(static_cast<int>(c.head_dim)));
   runner->scores_.resize(static_cast<size_t>(runner->pool_->num_threads()) *
-                         c.max_position_embeddings);
+                         runner->tile_rows_ * c.max_position_embeddings);
   runner->rows_.reserve(T);
+  runner->tiles_.reserve(T);
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 
@@ -198,10 +210,17 @@ absl::Status CpuRunner::Forward(
   const int half = D / 2;
   const DType kv_dtype = kv->layout().dtype;
   rows_.clear();
+  tiles_.clear();
   std::vector<int64_t> last_row(items.size(), -1);
   for (size_t i = 0; i < items.size(); ++i) {
     const std::vector<int32_t>* table = kv->BlockTable(items[i].seq);
-    for (size_t t = 0; t < items[i].tokens.size(); ++t) {
+    const int64_t n = static_cast<int64_t>(items[i].tokens.size());
+    for (int64_t t = 0; t < n; t += tile_rows_) {
+      tiles_.push_back(
+          {static_cast<int64_t>(rows_.size()) + t,
+           static_cast<int>(std::min<int64_t>(tile_rows_, n - t))});
+    }
+    for (int64_t t = 0; t < n; ++t) {
       rows_.push_back({table, items[i].tokens[t],
                        items[i].start_pos + static_cast<int>(t)});
     }
@@ -244,28 +263,48 @@ absl::Status CpuRunner::Forward(
                kv->ValueRowAt(*rows_[r].table, l, rows_[r].pos));
     });
     if (on_layer_done) on_layer_done(l);
-    // Attention: one task per (row, head), each computed wholly by one thread.
-    const int64_t tasks = T * c.num_heads;
-    pool_->ParallelFor(tasks, [&](int64_t b, int64_t e, int thread) {
-      float* scores = scores_.data() +
-                      static_cast<size_t>(thread) * c.max_position_embeddings;
-      for (int64_t task = b; task < e; ++task) {
-        const int64_t r = task / c.num_heads;
-        const int h = static_cast<int>(task % c.num_heads);
-        const Row& row = rows_[r];
-        AttentionArgs args;
-        args.kv = kv;
-        args.table = row.table;
-        args.layer = l;
-        args.kv_head = h / group;
-        args.head_dim = D;
-        args.last = row.pos;
-        args.first = L.window > 0 ? std::max(0, row.pos - L.window + 1) : 0;
-        args.scale = scale;
-        AttendHead(args, qkv + r * NQKV + h * D, scores,
-                   attn_.data() + r * Q + h * D);
-      }
-    });
+    // Attention: one task per (head, tile of rows of one sequence), head
+    // major so that consecutive tasks reuse one head's K/V rows from cache;
+    // threads take tasks from a shared counter (each query row is computed
+    // wholly by one thread, whichever).
+    const int64_t num_tiles = static_cast<int64_t>(tiles_.size());
+    const int64_t tasks = num_tiles * c.num_heads;
+    std::atomic<int64_t> next_task{0};
+    pool_->ParallelFor(
+        std::min<int64_t>(tasks, pool_->num_threads()),
+        [&](int64_t, int64_t, int thread) {
+          float* scores = scores_.data() + static_cast<size_t>(thread) *
+                                               tile_rows_ *
+                                               c.max_position_embeddings;
+          AttentionQuery queries[kMaxTileRows];
+          for (int64_t task = next_task.fetch_add(1, std::memory_order_relaxed);
+               task < tasks;
+               task = next_task.fetch_add(1, std::memory_order_relaxed)) {
+            const int h = static_cast<int>(task / num_tiles);
+            const Tile& tile = tiles_[task % num_tiles];
+            AttentionArgs args;
+            args.kv = kv;
+            args.table = rows_[tile.row0].table;
+            args.layer = l;
+            args.kv_head = h / group;
+            args.head_dim = D;
+            args.scale = scale;
+            for (int g = 0; g < tile.rows; ++g) {
+              const int64_t r = tile.row0 + g;
+              const int pos = rows_[r].pos;
+              AttentionQuery& query = queries[g];
+              query.q = qkv + r * NQKV + h * D;
+              query.last = pos;
+              query.first = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
+              query.scores =
+                  scores + static_cast<size_t>(g) * c.max_position_embeddings;
+              query.out = attn_.data() + r * Q + h * D;
+            }
+            args.first = queries[0].first;
+            args.last = queries[0].last;
+            AttendHeads(args, queries, tile.rows);
+          }
+        });
     MatMul(*pool_, attn_.data(), T, Q, L.o,
            L.o_bias.empty() ? nullptr : L.o_bias.data(), xn, H);
     ParallelRows(T, [&](int64_t r) {

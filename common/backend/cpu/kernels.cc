@@ -66,43 +66,11 @@ inline void ForEachRow(const AttentionArgs& a, int kv, int64_t head_offset,
   }
 }
 
-// kChunks = ceil(head_dim / 16) is a compile-time constant so that q and the
-// output accumulators stay in zmm registers (with a run-time count the
-// compiler kept them on the stack, and the P.V loop became a store-to-load
-// chain per position). Same arithmetic, in the same order, for every count.
-template <int kChunks>
-__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void AttendAvx512(
-    const AttentionArgs& a, const float* q, float* scores, float* out) {
-  // Independent accumulator sets for P.V (positions j with j % kSets == u go
-  // to set u, summed in a fixed order at the end): the result depends only on
-  // (q, the rows, first, last), never on the batch or on chunking.
-  constexpr int kSets = kChunks <= 4 ? 4 : (kChunks <= 8 ? 2 : 1);
-  const DType dtype = a.kv->layout().dtype;
-  const int esize = DTypeSize(dtype);
-  const int64_t head_offset = int64_t{a.kv_head} * a.head_dim * esize;
-  // V row = K row + this (same block, kv index 1).
-  const int64_t v_delta = a.kv->layout().block_size * a.kv->row_bytes();
-  int lanes[kChunks];
-  __m512 qv[kChunks];
-  for (int c = 0; c < kChunks; ++c) {
-    lanes[c] = std::min(16, a.head_dim - 16 * c);
-    qv[c] = _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << lanes[c]) - 1u),
-                                  q + 16 * c);
-  }
-  const int count = a.last - a.first + 1;
-  thread_local std::vector<const char*> rows;
-  if (static_cast<int>(rows.size()) < count) rows.resize(count);
-  ForEachRow(a, 0, head_offset, [&](int j, const char* k) {
-    rows[j] = k;
-    __m512 acc = _mm512_setzero_ps();
-    for (int c = 0; c < kChunks; ++c) {
-      acc = _mm512_fmadd_ps(qv[c], LoadKv(k + 16 * c * esize, dtype, lanes[c]),
-                            acc);
-    }
-    scores[j] = _mm512_reduce_add_ps(acc) * a.scale;
-  });
-  // max is exact whatever the order; the sum of exponentials is accumulated
-  // per lane and reduced once.
+// Softmax of scores[0, count) in place, returning 1 / sum of exponentials.
+// max is exact whatever the order; the sum of exponentials is accumulated per
+// lane (lane = j % 16) and reduced once.
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) inline float
+SoftmaxExp(float* scores, int count) {
   __m512 mxv = _mm512_set1_ps(-INFINITY);
   for (int j = 0; j < count; j += 16) {
     const int n = std::min(16, count - j);
@@ -119,45 +87,130 @@ __attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void AttendAvx512(
     _mm512_mask_storeu_ps(scores + j, m, e);
     sumv = _mm512_mask_add_ps(sumv, m, sumv, e);
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sumv));
-  __m512 ov[kSets][kChunks];
-  for (int u = 0; u < kSets; ++u) {
-    for (int c = 0; c < kChunks; ++c) ov[u][c] = _mm512_setzero_ps();
+  return 1.0f / _mm512_reduce_add_ps(sumv);
+}
+
+// kChunks = ceil(head_dim / 16) and the tile size kTile are compile-time
+// constants so that the queries and the output accumulators stay in zmm
+// registers. A tile shares the K and V row loads between up to kTile queries
+// of one sequence and kv head; each query's arithmetic is the same as alone:
+// score_j = reduce_add(FMA chain over the 16-lane chunks of q * k_j) * scale;
+// softmax as SoftmaxExp; out = FMA chain over j in increasing order of
+// (p_j * inv_sum) * v_j. So a query's result depends only on (q, the rows,
+// first, last), never on its tile-mates, the batch or chunking.
+template <int kChunks, int kTile>
+__attribute__((target("avx512f,avx512bw,avx512vl,fma"))) void AttendTileAvx512(
+    const AttentionArgs& a, const AttentionQuery* qs) {
+  const DType dtype = a.kv->layout().dtype;
+  const int esize = DTypeSize(dtype);
+  const int64_t head_offset = int64_t{a.kv_head} * a.head_dim * esize;
+  // V row = K row + this (same block, kv index 1).
+  const int64_t v_delta = a.kv->layout().block_size * a.kv->row_bytes();
+  int lanes[kChunks];
+  for (int c = 0; c < kChunks; ++c)
+    lanes[c] = std::min(16, a.head_dim - 16 * c);
+  __m512 qv[kTile][kChunks];
+  int lo = qs[0].first, hi = qs[0].last;
+  for (int g = 0; g < kTile; ++g) {
+    lo = std::min(lo, qs[g].first);
+    hi = std::max(hi, qs[g].last);
+    for (int c = 0; c < kChunks; ++c) {
+      qv[g][c] = _mm512_maskz_loadu_ps(
+          static_cast<__mmask16>((1u << lanes[c]) - 1u), qs[g].q + 16 * c);
+    }
   }
-  int j = 0;
-  for (; j + kSets <= count; j += kSets) {
-    for (int u = 0; u < kSets; ++u) {
-      const __m512 p = _mm512_mul_ps(_mm512_set1_ps(scores[j + u]), inv);
-      const char* v = rows[j + u] + v_delta;
+  AttentionArgs range = a;
+  range.first = lo;
+  range.last = hi;
+  const int count = hi - lo + 1;
+  thread_local std::vector<const char*> rows;
+  if (static_cast<int>(rows.size()) < count) rows.resize(count);
+  ForEachRow(range, 0, head_offset, [&](int i, const char* k) { rows[i] = k; });
+  // The rows are scattered (one head's slice of each position's row), which
+  // the hardware prefetchers do not follow: prefetch K kAhead positions ahead
+  // into L1 and V into L2 for the P.V pass that follows.
+  const int head_bytes = a.head_dim * esize;
+  auto prefetch = [&](const char* p, auto hint) {
+    for (int o = 0; o < head_bytes; o += 64) {
+      _mm_prefetch(p + o, decltype(hint)::value);
+    }
+  };
+  using ToL1 = std::integral_constant<_mm_hint, _MM_HINT_T0>;
+  using ToL2 = std::integral_constant<_mm_hint, _MM_HINT_T1>;
+  // Best of 4..32 measured; even so a decode head reads its KV at ~70% of a
+  // plain streaming read's rate (scattered rows: bound by outstanding misses).
+  constexpr int kAhead = 16;
+  for (int i = 0; i < count; ++i) {
+    if (i + kAhead < count) {
+      prefetch(rows[i + kAhead], ToL1());
+      prefetch(rows[i + kAhead] + v_delta, ToL2());
+    }
+    const char* k = rows[i];
+    const int j = lo + i;
+    __m512 kk[kChunks];
+    for (int c = 0; c < kChunks; ++c) {
+      kk[c] = LoadKv(k + 16 * c * esize, dtype, lanes[c]);
+    }
+    for (int g = 0; g < kTile; ++g) {
+      if (j < qs[g].first || j > qs[g].last) continue;
+      __m512 acc = _mm512_setzero_ps();
       for (int c = 0; c < kChunks; ++c) {
-        ov[u][c] = _mm512_fmadd_ps(
-            p, LoadKv(v + 16 * c * esize, dtype, lanes[c]), ov[u][c]);
+        acc = _mm512_fmadd_ps(qv[g][c], kk[c], acc);
+      }
+      qs[g].scores[j - qs[g].first] = _mm512_reduce_add_ps(acc) * a.scale;
+    }
+  }
+  float inv[kTile];
+  for (int g = 0; g < kTile; ++g) {
+    inv[g] = SoftmaxExp(qs[g].scores, qs[g].last - qs[g].first + 1);
+  }
+  __m512 ov[kTile][kChunks];
+  for (int g = 0; g < kTile; ++g) {
+    for (int c = 0; c < kChunks; ++c) ov[g][c] = _mm512_setzero_ps();
+  }
+  for (int i = 0; i < count; ++i) {
+    if (i + kAhead < count) prefetch(rows[i + kAhead] + v_delta, ToL1());
+    const int j = lo + i;
+    const char* v = rows[i] + v_delta;
+    __m512 vv[kChunks];
+    for (int c = 0; c < kChunks; ++c) {
+      vv[c] = LoadKv(v + 16 * c * esize, dtype, lanes[c]);
+    }
+    for (int g = 0; g < kTile; ++g) {
+      if (j < qs[g].first || j > qs[g].last) continue;
+      const __m512 p = _mm512_set1_ps(qs[g].scores[j - qs[g].first] * inv[g]);
+      for (int c = 0; c < kChunks; ++c) {
+        ov[g][c] = _mm512_fmadd_ps(p, vv[c], ov[g][c]);
       }
     }
   }
-  for (; j < count; ++j) {
-    const __m512 p = _mm512_mul_ps(_mm512_set1_ps(scores[j]), inv);
-    const char* v = rows[j] + v_delta;
+  for (int g = 0; g < kTile; ++g) {
     for (int c = 0; c < kChunks; ++c) {
-      ov[0][c] = _mm512_fmadd_ps(p, LoadKv(v + 16 * c * esize, dtype, lanes[c]),
-                                 ov[0][c]);
+      _mm512_mask_storeu_ps(qs[g].out + 16 * c,
+                            static_cast<__mmask16>((1u << lanes[c]) - 1u),
+                            ov[g][c]);
     }
   }
-  for (int c = 0; c < kChunks; ++c) {
-    __m512 total = ov[0][c];
-    for (int u = 1; u < kSets; ++u) total = _mm512_add_ps(total, ov[u][c]);
-    _mm512_mask_storeu_ps(out + 16 * c,
-                          static_cast<__mmask16>((1u << lanes[c]) - 1u), total);
-  }
+}
+
+constexpr int TileFor(int chunks) {
+  return chunks <= 4 ? 4 : (chunks <= 8 ? 2 : 1);
 }
 
 template <int... kChunks>
 void AttendAvx512Dispatch(std::integer_sequence<int, kChunks...>,
-                          const AttentionArgs& a, const float* q, float* scores,
-                          float* out) {
+                          const AttentionArgs& a, const AttentionQuery* qs,
+                          int n) {
   const int chunks = (a.head_dim + 15) / 16;
-  ((chunks == kChunks + 1 ? AttendAvx512<kChunks + 1>(a, q, scores, out)
-                          : void()),
+  auto run = [&]<int kC>() {
+    constexpr int kT = TileFor(kC);
+    int g = 0;
+    for (; g + kT <= n; g += kT) AttendTileAvx512<kC, kT>(a, qs + g);
+    if constexpr (kT > 1) {
+      for (; g < n; ++g) AttendTileAvx512<kC, 1>(a, qs + g);
+    }
+  };
+  ((chunks == kChunks + 1 ? run.template operator()<kChunks + 1>() : void()),
    ...);
 }
 
@@ -280,14 +333,29 @@ void StoreRow(const float* src, int n, DType dtype, char* dst) {
   }
 }
 
+void AttendHeads(const AttentionArgs& args, const AttentionQuery* queries,
+                 int n) {
+  if (CpuHasAvx512() && args.head_dim <= 256) {
+    AttendAvx512Dispatch(std::make_integer_sequence<int, 16>(), args, queries,
+                         n);
+    return;
+  }
+  for (int g = 0; g < n; ++g) {
+    AttentionArgs one = args;
+    one.first = queries[g].first;
+    one.last = queries[g].last;
+    AttendScalar(one, queries[g].q, queries[g].scores, queries[g].out);
+  }
+}
+
 void AttendHead(const AttentionArgs& args, const float* q, float* scores,
                 float* out) {
-  if (CpuHasAvx512() && args.head_dim <= 256) {
-    AttendAvx512Dispatch(std::make_integer_sequence<int, 16>(), args, q, scores,
-                         out);
-  } else {
-    AttendScalar(args, q, scores, out);
-  }
+  const AttentionQuery query{q, args.first, args.last, scores, out};
+  AttendHeads(args, &query, 1);
+}
+
+int AttentionTileRows(int head_dim) {
+  return head_dim <= 256 ? TileFor((head_dim + 15) / 16) : 1;
 }
 
 }  // namespace pdserve

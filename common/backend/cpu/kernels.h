@@ -45,6 +45,25 @@ struct AttentionArgs {
 void AttendHead(const AttentionArgs& args, const float* q, float* scores,
                 float* out);
 
+// One query of AttendHeads: positions [first, last], `scores` with room for
+// last - first + 1 floats, `out` head_dim floats.
+struct AttentionQuery {
+  const float* q;
+  int first;
+  int last;
+  float* scores;
+  float* out;
+};
+// AttendHead for n queries that share args' sequence (table), layer and kv
+// head (args.first/last are ignored): tiles of AttentionTileRows(head_dim)
+// queries share their K and V loads. Each query's result is bit-identical to
+// AttendHead alone (same arithmetic in the same order), whatever its
+// tile-mates.
+void AttendHeads(const AttentionArgs& args, const AttentionQuery* queries,
+                 int n);
+// How many queries AttendHeads computes together (callers group that many).
+int AttentionTileRows(int head_dim);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_BACKEND_CPU_KERNELS_H_

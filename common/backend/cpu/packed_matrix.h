@@ -6,7 +6,8 @@
 // y[m][n] = sum_k x[m][k] * W[n][k] by broadcasting x[m][k] against a panel
 // row: every output element accumulates with one FMA per k in increasing k
 // from 0, whatever the number of rows or their neighbours, so results are
-// batch-invariant by construction. Threads split N (panels), never K.
+// batch-invariant by construction. Threads split N (chunks of panels taken
+// from a shared counter), never K.
 // Immutable after packing; MatMul is thread-safe.
 #ifndef PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
 #define PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
