@@ -100,6 +100,11 @@ void DecodeWorker::OnStep(double seconds) {
   ExportGauges(engine_->free_blocks(), engine_->total_blocks());
 }
 
+int64_t DecodeWorker::KvBytesPerToken() const {
+  const KvLayout layout = engine_->kv_layout();
+  return layout.BytesPerTokenPerLayer() * layout.num_layers;
+}
+
 void DecodeWorker::ExportGauges(int64_t free_blocks, int64_t total_blocks) {
   metrics::DecodeMetrics& m = *options_.metrics;
   m.SetRunning(scheduler_->num_running());
@@ -139,6 +144,22 @@ grpc::Status DecodeWorker::Decode(
   // When the sequence was handed to the scheduler; read before the call, as
   // the scheduler thread may produce its first token before the call returns.
   absl::Time submitted;
+  // Colocated: the prompt's tokens count as queued prefill work until its
+  // first token (or the end).
+  struct QueuedPrefill {
+    std::atomic<int64_t>* counter = nullptr;
+    int64_t tokens = 0;
+    void Set(std::atomic<int64_t>* c, int64_t n) {
+      counter = c;
+      tokens = n;
+      c->fetch_add(n);
+    }
+    void Release() {
+      if (counter != nullptr) counter->fetch_sub(tokens);
+      counter = nullptr;
+    }
+    ~QueuedPrefill() { Release(); }
+  } queued_prefill;
   if (colocated) {
     const pb::SequenceSpec& spec = request->colocated();
     GenerationRequest req;
@@ -147,7 +168,10 @@ grpc::Status DecodeWorker::Decode(
     req.stop = transport::StopFromProto(spec.stop(), {});
     submitted = absl::Now();
     rid = scheduler_->Submit(std::move(req), callback);
-    if (rid.ok()) prefill_tokens_.fetch_add(spec.prompt_ids_size());
+    if (rid.ok()) {
+      prefill_tokens_.fetch_add(spec.prompt_ids_size());
+      queued_prefill.Set(&queued_prefill_tokens_, spec.prompt_ids_size());
+    }
     timings.set_prefill_location("decode_worker");
   } else {
     auto ready =
@@ -167,6 +191,10 @@ grpc::Status DecodeWorker::Decode(
     }
     // D's own stages only; the router has P's (prefill_queue/compute).
     timings.set_kv_transfer(ready->kv_transfer_seconds);
+    if (ready->kv_transfer_seconds > 0) {
+      kv_receive_rate_.Add(static_cast<double>(ready->spec.prompt_ids_size()) *
+                           KvBytesPerToken() / ready->kv_transfer_seconds);
+    }
     admission_start = std::max(claim_time, ready->kv_complete);
     timings.set_kv_transfer_tail(Seconds(claim_time, admission_start));
     timings.set_prefill_location("prefill_worker");
@@ -207,7 +235,10 @@ grpc::Status DecodeWorker::Decode(
       const TokenEvent& e = te.event;
       last_event = te.time;
       if (e.has_token) {
-        if (!first_step.has_value()) first_step = last_event;
+        if (!first_step.has_value()) {
+          first_step = last_event;
+          queued_prefill.Release();
+        }
         transport::ToWireToken(e.token_id, e.logprob, e.top_logprobs,
                                msg.add_tokens());
         ++tokens;
@@ -251,6 +282,8 @@ grpc::Status DecodeWorker::Decode(
       timings.set_prefill_compute(Seconds(claim_time, first));
       options_.metrics->compute().ObserveCompute(
           timings.prefill_compute(), request->colocated().prompt_ids_size());
+      prefill_cost_.Add(request->colocated().prompt_ids_size(),
+                        timings.prefill_compute());
     } else {
       timings.set_first_decode_step(Seconds(submitted, first));
     }
@@ -290,6 +323,14 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   r->set_pending_leases(leases_->pending());
   r->set_prefill_tokens_computed(prefill_tokens_.load());
   r->set_decode_tokens_generated(tokens_generated_.load());
+  // For the router's --mode=auto policy.
+  const CostFit::Estimate cost = prefill_cost_.Get();
+  r->set_prefill_tokens_per_second(cost.rate);
+  r->set_prefill_overhead_seconds(cost.overhead);
+  r->set_queued_prefill_tokens(queued_prefill_tokens_.load());
+  r->set_kv_receive_bytes_per_second(kv_receive_rate_.Get());
+  r->set_kv_bytes_per_token(KvBytesPerToken());
+  r->set_num_layers(engine_->kv_layout().num_layers);
   const auto& c = kv_service_->counters();
   r->set_kv_bytes_received(c.bytes.load());
   r->set_kv_pushes_received(c.pushes.load());

@@ -20,6 +20,7 @@
 #include "common/engine/scheduler.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/transport/grpc_kv_transport.h"
+#include "common/util/cost_fit.h"
 #include "decode_worker/kv_lease_table.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 
@@ -69,6 +70,7 @@ class DecodeWorker final : public pb::Decode::Service,
   // Queue gauges and KV pool from any thread (Status polls keep them fresh
   // while no step runs).
   void ExportGauges(int64_t free_blocks, int64_t total_blocks);
+  int64_t KvBytesPerToken() const;  // KV bytes of one token, all layers
 
   const DecodeWorkerOptions options_;
   std::unique_ptr<Engine> engine_;
@@ -80,6 +82,12 @@ class DecodeWorker final : public pb::Decode::Service,
   std::atomic<int> active_streams_{0};
   std::atomic<int64_t> prefill_tokens_{0};
   std::atomic<int64_t> tokens_generated_{0};
+  // Measurements for the router's --mode=auto policy: colocated prompt
+  // tokens not yet prefilled, colocated prefill seconds against prompt
+  // tokens, and KV push bytes / push seconds.
+  std::atomic<int64_t> queued_prefill_tokens_{0};
+  CostFit prefill_cost_;
+  Ewma kv_receive_rate_;
   std::atomic<int64_t> completed_{0};
   std::atomic<int64_t> cancelled_{0};
 

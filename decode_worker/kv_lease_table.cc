@@ -13,7 +13,7 @@ class KvLeaseTable::Sink : public transport::KvSink {
  public:
   Sink(KvLeaseTable* table, std::string id, uint64_t generation)
       : table_(table), id_(std::move(id)), generation_(generation) {}
-  absl::Status OnChunk(const pb::KvChunk& chunk) override {
+  absl::Status OnChunk(const transport::KvChunkView& chunk) override {
     return table_->ImportChunk(id_, generation_, chunk);
   }
   absl::Status OnCommit(const pb::KvCommit& commit, double seconds) override {
@@ -141,7 +141,7 @@ void KvLeaseTable::Refused(const pb::KvHeader& header,
 
 absl::Status KvLeaseTable::ImportChunk(const std::string& id,
                                        uint64_t generation,
-                                       const pb::KvChunk& chunk) {
+                                       const transport::KvChunkView& chunk) {
   absl::Status status;
   scheduler_->WithEngine([&](Engine& engine) {
     SeqId seq = -1;
@@ -159,13 +159,13 @@ absl::Status KvLeaseTable::ImportChunk(const std::string& id,
         return;
       }
       e.deadline = absl::Now() + lease_;  // progress renews the lease
-      e.bytes += static_cast<int64_t>(chunk.data().size());
+      e.bytes += static_cast<int64_t>(chunk.data.size());
       seq = e.seq;
     }
     // FreeSequence of this seq also runs under WithEngine: it cannot
     // interleave with this import.
-    status = engine.ImportLayerKv(seq, chunk.layer(), chunk.token_begin(),
-                                  chunk.token_end(), chunk.data());
+    status = engine.ImportLayerKv(seq, chunk.layer, chunk.token_begin,
+                                  chunk.token_end, chunk.data);
   });
   return status;
 }

@@ -86,7 +86,7 @@ class KvLeaseTable : public transport::KvSinkFactory {
 
   // Sink callbacks.
   absl::Status ImportChunk(const std::string& id, uint64_t generation,
-                           const pb::KvChunk& chunk);
+                           const transport::KvChunkView& chunk);
   absl::Status CommitPush(const std::string& id, uint64_t generation,
                           const pb::KvCommit& commit, double seconds);
   void AbortPush(const std::string& id, uint64_t generation,

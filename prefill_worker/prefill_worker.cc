@@ -1,6 +1,7 @@
 #include "prefill_worker/prefill_worker.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -42,6 +43,7 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
       options.max_batch_tokens > 0
           ? std::min(options.max_batch_tokens, options.engine.max_batch_tokens)
           : options.engine.max_batch_tokens;
+  w->chunk_tokens_ = options.prefill_chunk_tokens;
   w->fingerprint_ = w->engine_->fingerprint();
   w->layout_ = w->engine_->kv_layout();
   w->free_blocks_ = w->engine_->free_blocks();
@@ -115,6 +117,7 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
   }
   jobs_[spec.request_id()] = job;
   queue_.push_back(job);
+  queued_tokens_.fetch_add(spec.prompt_ids_size());
   options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
   while (!job->done) {
     mu_.AwaitWithTimeout(absl::Condition(&job->done), absl::Milliseconds(20));
@@ -127,6 +130,7 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
   }
   jobs_.erase(spec.request_id());
   in_flight_.fetch_sub(1);
+  queued_tokens_.fetch_sub(spec.prompt_ids_size());
   if (job->cancelled && !job->done) {
     cancelled_.fetch_add(1);
     return ToGrpcStatus(absl::CancelledError("prefill cancelled"));
@@ -137,15 +141,39 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+// A prompt being prefilled: created when the compute thread takes its job
+// from the queue, finished (answered, KV committed) right after the pass
+// that computes its last token. Compute thread only.
+struct PrefillWorker::Item {
+  std::shared_ptr<Job> job;
+  SeqId seq = -1;
+  std::vector<int32_t> prompt;
+  int done_tokens = 0;
+  int reused_tokens = 0;  // from the prefix cache
+  PushPipeline* push = nullptr;
+  double queue_seconds = 0;
+  absl::Time start;
+  int remaining() const {
+    return static_cast<int>(prompt.size()) - done_tokens;
+  }
+};
+
+int PrefillWorker::PassTokens(int remaining) const {
+  return chunk_tokens_ > 0 ? std::min(remaining, chunk_tokens_) : remaining;
+}
+
 void PrefillWorker::ComputeLoop() {
+  std::vector<Item> active;  // prompts part-way through their prefill
   while (true) {
-    std::vector<std::shared_ptr<Job>> batch;
+    std::vector<std::shared_ptr<Job>> admitted;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stop_ || !queue_.empty();
       };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      if (active.empty()) {
+        mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      }
       ReapPushes();
       if (stop_) {
         for (auto& job : queue_) {
@@ -153,25 +181,44 @@ void PrefillWorker::ComputeLoop() {
           job->done = true;
         }
         queue_.clear();
+        for (Item& it : active) {
+          it.push->Cancel();
+          it.job->status =
+              absl::UnavailableError("prefill worker shutting down");
+          it.job->done = true;
+        }
+        for (Item& it : active) engine_->FreeSequence(it.seq);
         return;
       }
-      // Every queued prompt that fits the token budget (at least one).
+      // Queued prompts join between passes while this pass's token budget
+      // has room (at least one when nothing is running): a long prompt,
+      // computed a chunk per pass, does not hold back the short ones.
       int tokens = 0;
+      for (const Item& it : active) tokens += PassTokens(it.remaining());
       while (!queue_.empty()) {
         auto& job = queue_.front();
         if (job->cancelled) {
           queue_.pop_front();
           continue;
         }
-        const int n = job->request.seq().prompt_ids_size();
-        if (!batch.empty() && tokens + n > max_batch_tokens_) break;
+        const int n = PassTokens(job->request.seq().prompt_ids_size());
+        const bool first = active.empty() && admitted.empty();
+        if (!first && tokens + n > max_batch_tokens_) break;
         tokens += n;
-        batch.push_back(std::move(job));
+        admitted.push_back(std::move(job));
         queue_.pop_front();
       }
       options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
     }
-    if (!batch.empty()) RunBatch(batch);
+    if (!admitted.empty() &&
+        options_.testonly_prefill_delay > absl::ZeroDuration()) {
+      absl::SleepFor(options_.testonly_prefill_delay);
+    }
+    for (auto& job : admitted) {
+      if (auto item = StartItem(job)) active.push_back(*std::move(item));
+    }
+    DropCancelled(active);
+    if (!active.empty()) RunPass(active);
   }
 }
 
@@ -185,100 +232,107 @@ void PrefillWorker::ReapPushes() {
   }
 }
 
-void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
-  if (options_.testonly_prefill_delay > absl::ZeroDuration()) {
-    absl::SleepFor(options_.testonly_prefill_delay);
+std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
+    const std::shared_ptr<Job>& job) {
+  Item it;
+  it.job = job;
+  it.start = absl::Now();
+  const pb::SequenceSpec& spec = job->request.seq();
+  it.prompt.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
+  it.queue_seconds = absl::ToDoubleSeconds(it.start - job->arrival);
+  absl::StatusOr<SeqId> seq = engine_->CreateSequence();
+  absl::Status s = seq.status();
+  int reused = 0;
+  if (seq.ok()) {
+    // Cached full blocks of an earlier prompt with the same prefix: only
+    // the rest is computed (bit-identical KV and logits).
+    absl::StatusOr<int> attached = engine_->AttachCachedPrefix(*seq, it.prompt);
+    s = attached.status();
+    if (attached.ok()) {
+      reused = *attached;
+      s = engine_->Reserve(*seq, static_cast<int>(it.prompt.size()));
+    }
+    if (!s.ok()) engine_->FreeSequence(*seq);
   }
-  const absl::Time start = absl::Now();
-  struct Item {
-    std::shared_ptr<Job> job;
-    SeqId seq = -1;
-    std::vector<int32_t> prompt;
-    int done_tokens = 0;
-    int reused_tokens = 0;  // from the prefix cache
-    PushPipeline* push = nullptr;
-    double queue_seconds = 0;
-  };
-  std::vector<Item> items;
-  for (auto& job : batch) {
-    Item it;
-    it.job = job;
-    const pb::SequenceSpec& spec = job->request.seq();
-    it.prompt.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
-    it.queue_seconds = absl::ToDoubleSeconds(start - job->arrival);
-    absl::StatusOr<SeqId> seq = engine_->CreateSequence();
-    absl::Status s = seq.status();
-    int reused = 0;
-    if (seq.ok()) {
-      // Cached full blocks of an earlier prompt with the same prefix: only
-      // the rest is computed (bit-identical KV and logits).
-      absl::StatusOr<int> attached =
-          engine_->AttachCachedPrefix(*seq, it.prompt);
-      s = attached.status();
-      if (attached.ok()) {
-        reused = *attached;
-        s = engine_->Reserve(*seq, static_cast<int>(it.prompt.size()));
-      }
-      if (!s.ok()) engine_->FreeSequence(*seq);
-    }
-    if (!s.ok()) {
-      absl::MutexLock lock(&mu_);
-      job->status = absl::ResourceExhaustedError(
-          absl::StrCat("prefill worker KV pool full: ", s.message()));
-      job->done = true;
-      continue;
-    }
-    it.seq = *seq;
-    it.done_tokens = reused;
-    it.reused_tokens = reused;
-    prefix_hit_tokens_.fetch_add(reused);
-    options_.metrics->compute().ObservePrefixLookup(
-        static_cast<int64_t>(it.prompt.size()), reused);
-    // Open the push now: chunks leave as soon as each layer is computed.
-    pb::KvHeader header;
-    header.set_request_id(spec.request_id());
-    header.set_model_fingerprint(fingerprint_);
-    *header.mutable_layout() = transport::LayoutToProto(layout_);
-    header.set_num_tokens(static_cast<int>(it.prompt.size()));
-    *header.mutable_seq() = spec;
-    auto push = std::make_unique<PushPipeline>(
-        sender_, job->request.decode_target(), std::move(header),
-        absl::Now() + options_.push_timeout, &push_counters_);
-    it.push = push.get();
+  if (!s.ok()) {
+    absl::MutexLock lock(&mu_);
+    job->status = absl::ResourceExhaustedError(
+        absl::StrCat("prefill worker KV pool full: ", s.message()));
+    job->done = true;
+    return std::nullopt;
+  }
+  it.seq = *seq;
+  it.done_tokens = reused;
+  it.reused_tokens = reused;
+  prefix_hit_tokens_.fetch_add(reused);
+  options_.metrics->compute().ObservePrefixLookup(
+      static_cast<int64_t>(it.prompt.size()), reused);
+  // Open the push now: chunks leave as soon as each layer is computed.
+  pb::KvHeader header;
+  header.set_request_id(spec.request_id());
+  header.set_model_fingerprint(fingerprint_);
+  *header.mutable_layout() = transport::LayoutToProto(layout_);
+  header.set_num_tokens(static_cast<int>(it.prompt.size()));
+  *header.mutable_seq() = spec;
+  auto push = std::make_unique<PushPipeline>(
+      sender_, job->request.decode_target(), std::move(header),
+      absl::Now() + options_.push_timeout, &push_counters_);
+  it.push = push.get();
+  {
+    absl::MutexLock lock(&mu_);
+    pushes_[spec.request_id()] = std::move(push);
+    if (job->cancelled) it.push->Cancel();
+  }
+  // The reused range leaves at once, ahead of each layer's computed part.
+  for (int layer = 0; layer < layout_.num_layers && reused > 0; ++layer) {
+    EnqueueKvChunks(it.seq, layer, 0, reused, it.push);
+  }
+  return it;
+}
+
+void PrefillWorker::DropCancelled(std::vector<Item>& active) {
+  std::vector<Item> kept;
+  for (Item& it : active) {
+    bool cancelled;
     {
       absl::MutexLock lock(&mu_);
-      pushes_[spec.request_id()] = std::move(push);
-      if (job->cancelled) it.push->Cancel();
+      cancelled = it.job->cancelled;
     }
-    // The reused range leaves at once, ahead of each layer's computed part.
-    for (int layer = 0; layer < layout_.num_layers && reused > 0; ++layer) {
-      EnqueueKvChunks(it.seq, layer, 0, reused, it.push);
+    if (!cancelled) {
+      kept.push_back(std::move(it));
+      continue;
     }
-    items.push_back(std::move(it));
+    // The caller is gone (or the router aborted): stop computing for it.
+    it.push->Cancel();
+    engine_->FreeSequence(it.seq);
+    absl::MutexLock lock(&mu_);
+    it.job->status = absl::CancelledError("prefill cancelled");
+    it.job->done = true;
+  }
+  active = std::move(kept);
+}
+
+void PrefillWorker::RunPass(std::vector<Item>& active) {
+  // Each prompt contributes its next chunk (oldest first) within the budget.
+  std::vector<Engine::ForwardItem> fwd;
+  std::vector<std::pair<size_t, std::pair<int, int>>> ranges;  // item, [b, e)
+  int budget = max_batch_tokens_;
+  for (size_t i = 0; i < active.size() && budget > 0; ++i) {
+    Item& it = active[i];
+    const int n = std::min(PassTokens(it.remaining()), budget);
+    if (n <= 0) continue;
+    budget -= n;
+    const int b = it.done_tokens;
+    Engine::ForwardItem f;
+    f.seq = it.seq;
+    f.tokens = absl::MakeConstSpan(it.prompt).subspan(b, n);
+    f.want_logits = (b + n == static_cast<int>(it.prompt.size()));
+    fwd.push_back(f);
+    ranges.push_back({i, {b, b + n}});
   }
   std::vector<float> logits;
-  std::vector<std::vector<float>> last_logits(items.size());
   absl::Status status;
-  // Chunks of at most max_batch_tokens_ tokens over all items.
-  while (status.ok()) {
-    std::vector<Engine::ForwardItem> fwd;
-    std::vector<std::pair<size_t, std::pair<int, int>>> ranges;  // item, [b, e)
-    int budget = max_batch_tokens_;
-    for (size_t i = 0; i < items.size() && budget > 0; ++i) {
-      Item& it = items[i];
-      const int remaining = static_cast<int>(it.prompt.size()) - it.done_tokens;
-      if (remaining <= 0) continue;
-      const int n = std::min(remaining, budget);
-      budget -= n;
-      const int b = it.done_tokens;
-      Engine::ForwardItem f;
-      f.seq = it.seq;
-      f.tokens = absl::MakeConstSpan(it.prompt).subspan(b, n);
-      f.want_logits = (b + n == static_cast<int>(it.prompt.size()));
-      fwd.push_back(f);
-      ranges.push_back({i, {b, b + n}});
-    }
-    if (fwd.empty()) break;
+  if (!fwd.empty()) {
     int forward_tokens = 0;
     for (const auto& f : fwd)
       forward_tokens += static_cast<int>(f.tokens.size());
@@ -287,70 +341,83 @@ void PrefillWorker::RunBatch(std::vector<std::shared_ptr<Job>>& batch) {
     ExportKvPool();
     auto on_layer_done = [&](int layer) {
       for (const auto& [i, range] : ranges) {
-        EnqueueKvChunks(items[i].seq, layer, range.first, range.second,
-                        items[i].push);
+        EnqueueKvChunks(active[i].seq, layer, range.first, range.second,
+                        active[i].push);
       }
     };
     status = engine_->Forward(fwd, &logits, on_layer_done);
-    if (!status.ok()) break;
-    const int vocab = engine_->config().vocab_size;
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      Item& it = items[ranges[k].first];
-      it.done_tokens = ranges[k].second.second;
-      prefill_tokens_.fetch_add(ranges[k].second.second -
-                                ranges[k].second.first);
-      if (fwd[k].want_logits) {
-        last_logits[ranges[k].first].assign(logits.begin() + k * vocab,
-                                            logits.begin() + (k + 1) * vocab);
-      }
+  }
+  const int vocab = engine_->config().vocab_size;
+  std::vector<bool> finished(active.size(), false);
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    const size_t i = ranges[k].first;
+    Item& it = active[i];
+    if (!status.ok()) {
+      FinishItem(it, status, {});
+      finished[i] = true;
+      continue;
+    }
+    it.done_tokens = ranges[k].second.second;
+    prefill_tokens_.fetch_add(ranges[k].second.second - ranges[k].second.first);
+    if (fwd[k].want_logits) {
+      FinishItem(it, status,
+                 absl::MakeConstSpan(logits).subspan(k * vocab, vocab));
+      finished[i] = true;
     }
   }
-  const std::vector<int32_t>& default_eos =
-      engine_->generation_config().eos_token_ids;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Item& it = items[i];
-    engine_->FreeSequence(it.seq);  // the KV left in the pushed chunks
-    const pb::SequenceSpec& spec = it.job->request.seq();
-    pb::PrefillResponse resp;
-    if (status.ok()) {
-      const SamplingParams sampling =
-          transport::SamplingFromProto(spec.sampling());
-      const StopParams stop =
-          transport::StopFromProto(spec.stop(), default_eos);
-      SampledToken tok = SampleToken(last_logits[i], sampling, it.prompt, {},
-                                     static_cast<int64_t>(it.prompt.size()));
-      transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
-                             resp.mutable_first_token());
-      const std::string reason = StopReason(stop, tok.id, 1);
-      resp.set_finished(!reason.empty());
-      resp.set_finish_reason(reason);
-      resp.set_prefill_queue_seconds(it.queue_seconds);
-      resp.set_prefill_compute_seconds(
-          absl::ToDoubleSeconds(absl::Now() - start));
-      options_.metrics->compute().ObserveCompute(
-          resp.prefill_compute_seconds(),
-          static_cast<int64_t>(it.prompt.size()) - it.reused_tokens);
-      if (resp.finished()) {
-        it.push->Discard();  // nothing left to decode: not a failure
-      } else {
-        pb::KvCommit commit;
-        *commit.mutable_first_token() = resp.first_token();
-        commit.set_prefill_queue_seconds(resp.prefill_queue_seconds());
-        commit.set_prefill_compute_seconds(resp.prefill_compute_seconds());
-        it.push->Commit(std::move(commit));
-      }
-    } else {
-      it.push->Cancel();
-    }
-    absl::MutexLock lock(&mu_);
-    it.job->status = status;
-    it.job->response = std::move(resp);
-    it.job->done = true;
+  std::vector<Item> kept;
+  for (size_t i = 0; i < active.size(); ++i) {
+    if (!finished[i]) kept.push_back(std::move(active[i]));
   }
+  active = std::move(kept);
   free_blocks_ = engine_->free_blocks();
   total_blocks_ = engine_->total_blocks();
   prefix_cached_blocks_ = engine_->stats().prefix.cached_blocks;
   ExportKvPool();
+}
+
+void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
+                               absl::Span<const float> last_logits) {
+  engine_->FreeSequence(it.seq);  // the KV left in the pushed chunks
+  const pb::SequenceSpec& spec = it.job->request.seq();
+  pb::PrefillResponse resp;
+  if (status.ok()) {
+    const SamplingParams sampling =
+        transport::SamplingFromProto(spec.sampling());
+    const StopParams stop = transport::StopFromProto(
+        spec.stop(), engine_->generation_config().eos_token_ids);
+    SampledToken tok = SampleToken(
+        std::vector<float>(last_logits.begin(), last_logits.end()), sampling,
+        it.prompt, {}, static_cast<int64_t>(it.prompt.size()));
+    transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
+                           resp.mutable_first_token());
+    const std::string reason = StopReason(stop, tok.id, 1);
+    resp.set_finished(!reason.empty());
+    resp.set_finish_reason(reason);
+    resp.set_prefill_queue_seconds(it.queue_seconds);
+    resp.set_prefill_compute_seconds(
+        absl::ToDoubleSeconds(absl::Now() - it.start));
+    options_.metrics->compute().ObserveCompute(
+        resp.prefill_compute_seconds(),
+        static_cast<int64_t>(it.prompt.size()) - it.reused_tokens);
+    prefill_cost_.Add(static_cast<double>(it.prompt.size() - it.reused_tokens),
+                      resp.prefill_compute_seconds());
+    if (resp.finished()) {
+      it.push->Discard();  // nothing left to decode: not a failure
+    } else {
+      pb::KvCommit commit;
+      *commit.mutable_first_token() = resp.first_token();
+      commit.set_prefill_queue_seconds(resp.prefill_queue_seconds());
+      commit.set_prefill_compute_seconds(resp.prefill_compute_seconds());
+      it.push->Commit(std::move(commit));
+    }
+  } else {
+    it.push->Cancel();
+  }
+  absl::MutexLock lock(&mu_);
+  it.job->status = status;
+  it.job->response = std::move(resp);
+  it.job->done = true;
 }
 
 void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
@@ -391,6 +458,14 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
   r->set_free_kv_blocks(free_blocks_.load());
   r->set_total_kv_blocks(total_blocks_.load());
   r->set_prefill_tokens_computed(prefill_tokens_.load());
+  // For the router's --mode=auto policy.
+  const CostFit::Estimate cost = prefill_cost_.Get();
+  r->set_prefill_tokens_per_second(cost.rate);
+  r->set_prefill_overhead_seconds(cost.overhead);
+  r->set_queued_prefill_tokens(queued_tokens_.load());
+  r->set_kv_bytes_per_token(engine_->kv_layout().BytesPerTokenPerLayer() *
+                            engine_->kv_layout().num_layers);
+  r->set_num_layers(engine_->kv_layout().num_layers);
   r->set_prefix_hit_tokens(prefix_hit_tokens_.load());
   r->set_requests_rejected(rejected_.load());
   r->set_prefix_cached_blocks(prefix_cached_blocks_.load());

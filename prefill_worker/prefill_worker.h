@@ -1,6 +1,8 @@
 // PrefillWorker: one prefill process. Prefill calls queue up; a compute thread
-// takes every queued prompt that fits the token budget, runs them through the
-// Engine in one Forward (long prompts in chunks), streams each layer's KV to
+// runs forward passes of at most max_batch_tokens tokens: each pass takes the
+// next chunk (--prefill_chunk_tokens) of every prompt in progress and admits
+// queued prompts while the budget has room, so a long prompt does not hold
+// back short ones. It streams each layer's KV to
 // the decode worker chosen by the router while later layers compute, samples
 // the first token with the request's sampler (position = prompt length, so
 // the decode worker continues the same random stream) and answers the router
@@ -15,6 +17,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +29,7 @@
 #include "common/engine/engine.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/transport/kv_transport.h"
+#include "common/util/cost_fit.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 #include "prefill_worker/push_pipeline.h"
 
@@ -34,6 +38,10 @@ namespace pdserve {
 struct PrefillWorkerOptions {
   EngineOptions engine;
   int max_batch_tokens = 0;  // 0 = engine max_batch_tokens
+  // Tokens of one prompt computed per forward pass at most (0 = as many as
+  // the budget allows): a long prompt is prefilled in chunks of this size and
+  // prompts arriving meanwhile join the next pass.
+  int prefill_chunk_tokens = 0;
   // Prompts queued at most; beyond, Prefill is RESOURCE_EXHAUSTED. 0 = no
   // bound.
   int max_queue = 256;
@@ -70,10 +78,22 @@ class PrefillWorker final : public pb::Prefill::Service,
 
  private:
   struct Job;
+  struct Item;
   PrefillWorker(const PrefillWorkerOptions& options,
                 transport::KvSender* sender);
   void ComputeLoop();
-  void RunBatch(std::vector<std::shared_ptr<Job>>& batch);
+  // Compute thread: sets a taken job up (sequence, prefix reuse, push);
+  // nullopt when it failed (the job is answered).
+  std::optional<Item> StartItem(const std::shared_ptr<Job>& job);
+  // Compute thread: drops prompts whose caller cancelled.
+  void DropCancelled(std::vector<Item>& active);
+  // Compute thread: one forward pass over the next chunk of each active
+  // prompt; answers and removes those that completed.
+  void RunPass(std::vector<Item>& active);
+  void FinishItem(Item& it, const absl::Status& status,
+                  absl::Span<const float> last_logits);
+  // Tokens of a prompt with `remaining` tokens left to compute this pass.
+  int PassTokens(int remaining) const;
   void ReapPushes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Exports the KV pool occupancy (compute thread).
   void ExportKvPool();
@@ -86,12 +106,17 @@ class PrefillWorker final : public pb::Prefill::Service,
   transport::KvSender* const sender_;
   std::unique_ptr<Engine> engine_;  // driven by the compute thread only
   int max_batch_tokens_ = 0;
+  int chunk_tokens_ = 0;
   std::string fingerprint_;
   KvLayout layout_;
 
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<int64_t> prefill_tokens_{0};
+  // Prompt tokens accepted and not yet answered; prefill seconds against
+  // computed tokens (reported for the router's --mode=auto policy).
+  std::atomic<int64_t> queued_tokens_{0};
+  CostFit prefill_cost_;
   std::atomic<int64_t> prefix_hit_tokens_{0};
   std::atomic<int64_t> rejected_{0};  // refused: queue full
   std::atomic<int64_t> prefix_cached_blocks_{0};

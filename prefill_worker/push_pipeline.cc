@@ -110,7 +110,8 @@ void PushPipeline::Run() {
       counters_->ok.fetch_add(1);
       if (counters_->metrics != nullptr) {
         counters_->metrics->PushSucceeded(
-            result->bytes, absl::ToDoubleSeconds(absl::Now() - start));
+            result->bytes, absl::ToDoubleSeconds(absl::Now() - start),
+            result->transport);
       }
     }
     break;

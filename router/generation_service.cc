@@ -1,5 +1,6 @@
 #include "router/generation_service.h"
 
+#include <algorithm>
 #include <optional>
 #include <set>
 #include <utility>
@@ -9,8 +10,9 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/transport/sequence_spec.h"
 #include "common/util/logging.h"
+#include "common/util/status_macros.h"
 #include "google/protobuf/descriptor.h"
-#include "router/stop_matcher.h"
+#include "router/disaggregation_policy.h"
 
 namespace pdserve {
 
@@ -61,107 +63,6 @@ double SecondsSince(absl::Time from) {
 
 }  // namespace
 
-// The client side of one Generate call: detokenizes, applies stop strings,
-// writes messages and records the token metrics (TTFT, inter-token gaps,
-// generated tokens). Used by the handler thread only.
-class GenerationService::Stream {
- public:
-  Stream(grpc::ServerWriter<v1::GenerateResponse>* writer,
-         std::string request_id, ResolvedRequest req,
-         const Tokenizer* tokenizer, absl::Time arrival,
-         metrics::RouterMetrics* metrics)
-      : writer_(writer),
-        request_id_(std::move(request_id)),
-        req_(std::move(req)),
-        matcher_(req_.stop_strings),
-        arrival_(arrival),
-        metrics_(metrics) {
-    if (tokenizer != nullptr) {
-      detok_.emplace(*tokenizer, req_.skip_special_tokens, req_.prompt_ids);
-    }
-  }
-
-  // Forwards tokens; false when the client went away. Sets stopped() when a
-  // stop string completed (later tokens are dropped).
-  bool Send(
-      const google::protobuf::RepeatedPtrField<v1::GeneratedToken>& tokens) {
-    if (stopped() || tokens.empty()) return true;
-    v1::GenerateResponse msg;
-    msg.set_request_id(request_id_);
-    std::string text;
-    for (const v1::GeneratedToken& t : tokens) {
-      *msg.add_tokens() = t;
-      ++completion_tokens_;
-      if (detok_.has_value()) {
-        auto delta = detok_->Add(t.id());
-        if (delta.ok()) text += matcher_.Add(*delta);
-      }
-      if (matcher_.stopped()) break;
-    }
-    msg.set_text(std::move(text));
-    sent_any_ = true;
-    if (!writer_->Write(msg)) return false;
-    const absl::Time now = absl::Now();
-    std::optional<double> gap;
-    if (last_send_.has_value()) {
-      gap = absl::ToDoubleSeconds(now - *last_send_);
-    } else {
-      ttft_seconds_ = absl::ToDoubleSeconds(now - arrival_);
-      metrics_->ObserveTimeToFirstToken(*ttft_seconds_);
-    }
-    last_send_ = now;
-    metrics_->TokensSent(msg.tokens_size(), gap);
-    return true;
-  }
-
-  // The final message, with `timings` (e2e is set here).
-  bool Finish(const std::string& finish_reason, v1::StageTimings timings) {
-    v1::GenerateResponse msg;
-    msg.set_request_id(request_id_);
-    std::string text;
-    if (detok_.has_value() && !matcher_.stopped())
-      text = matcher_.Add(detok_->Flush());
-    text += matcher_.Flush();
-    msg.set_text(std::move(text));
-    msg.set_finished(true);
-    msg.set_finish_reason(matcher_.stopped() ? "stop" : finish_reason);
-    msg.mutable_usage()->set_prompt_tokens(
-        static_cast<int>(req_.prompt_ids.size()));
-    msg.mutable_usage()->set_completion_tokens(completion_tokens_);
-    timings.set_e2e(SecondsSince(arrival_));
-    *msg.mutable_timings() = timings;
-    final_timings_ = std::move(timings);
-    for (int32_t id : req_.prompt_ids) msg.add_prompt_ids(id);
-    sent_any_ = true;
-    return writer_->Write(msg);
-  }
-
-  bool stopped() const { return matcher_.stopped(); }
-  bool sent_any() const { return sent_any_; }
-  int completion_tokens() const { return completion_tokens_; }
-  std::optional<double> ttft_seconds() const { return ttft_seconds_; }
-  // Set once Finish ran.
-  const std::optional<v1::StageTimings>& final_timings() const {
-    return final_timings_;
-  }
-  const std::string& request_id() const { return request_id_; }
-  const ResolvedRequest& request() const { return req_; }
-
- private:
-  grpc::ServerWriter<v1::GenerateResponse>* const writer_;
-  const std::string request_id_;
-  const ResolvedRequest req_;
-  std::optional<IncrementalDetokenizer> detok_;
-  StopStringMatcher matcher_;
-  int completion_tokens_ = 0;
-  bool sent_any_ = false;
-  const absl::Time arrival_;
-  metrics::RouterMetrics* const metrics_;
-  std::optional<absl::Time> last_send_;
-  std::optional<double> ttft_seconds_;
-  std::optional<v1::StageTimings> final_timings_;
-};
-
 // One try of a request on a (P, D) pair.
 struct GenerationService::Attempt {
   std::string worker_request_id;  // request id + attempt number
@@ -184,13 +85,29 @@ struct InFlight {
   ~InFlight() { n->fetch_sub(1); }
 };
 
-pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req) {
+// The sequence a worker runs: the client's prompt followed by the tokens
+// already sent (after a migration), with max_tokens reduced by them. The
+// next token's position (prompt + generated) is then its position in the
+// uninterrupted stream, so position-keyed sampling continues it exactly.
+pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
+                          const std::vector<int32_t>& generated) {
   pb::SequenceSpec spec;
   spec.set_request_id(id);
   for (int32_t t : req.prompt_ids) spec.add_prompt_ids(t);
+  for (int32_t t : generated) spec.add_prompt_ids(t);
   *spec.mutable_sampling() = transport::SamplingToProto(req.sampling);
   *spec.mutable_stop() = transport::StopToProto(req.stop);
+  spec.mutable_stop()->set_max_tokens(req.stop.max_tokens -
+                                      static_cast<int>(generated.size()));
   return spec;
+}
+
+// Whether a request whose tokens reached the client can continue elsewhere
+// exactly: presence/frequency penalties count output tokens only, and a
+// worker would see the resumed tokens as prompt.
+bool Resumable(const ResolvedRequest& req) {
+  return req.sampling.presence_penalty == 0.0f &&
+         req.sampling.frequency_penalty == 0.0f;
 }
 
 }  // namespace
@@ -273,10 +190,6 @@ grpc::Status GenerationService::Serve(
   *stream_out = std::make_unique<Stream>(writer, request_id, *resolved,
                                          tokenizer_.get(), arrival, metrics_);
   Stream& stream = **stream_out;
-  const bool colocated = options_.mode == RouterMode::kColocated ||
-                         (options_.mode == RouterMode::kAuto &&
-                          static_cast<int>(resolved->prompt_ids.size()) <
-                              options_.auto_prefill_threshold);
 
   std::set<std::string> exclude_p, exclude_d;
   PickHint prefill_hint;
@@ -285,10 +198,18 @@ grpc::Status GenerationService::Serve(
                         options_.prefix_routing_blocks);
   prefill_hint.max_extra_load = options_.prefix_routing_max_extra_load;
   absl::Status last;
-  for (int attempt_no = 0; attempt_no < options_.max_attempts; ++attempt_no) {
+  int failed_before_send = 0;  // attempts that failed before any token
+  for (int attempt_no = 0;; ++attempt_no) {
     Attempt attempt;
     attempt.arrival = arrival;
     attempt.worker_request_id = absl::StrCat(request_id, "#", attempt_no);
+    const int remaining = stream.request().stop.max_tokens -
+                          static_cast<int>(stream.generated().size());
+    if (remaining <= 0) {
+      // D failed after its last token but before its final message.
+      stream.Finish("length", attempt.timings);
+      return grpc::Status::OK;
+    }
     // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED
     // (the client may retry), not UNAVAILABLE.
     auto d = decode_->Pick(exclude_d);
@@ -297,15 +218,15 @@ grpc::Status GenerationService::Serve(
       break;
     }
     attempt.decode = *d;
-    if (!colocated) {
-      auto p = prefill_->Pick(exclude_p, prefill_hint);
-      if (!p.ok()) {
-        if (!absl::IsResourceExhausted(last)) last = p.status();
-        break;
-      }
-      attempt.prefill = *p;
+    const int prompt_tokens = static_cast<int>(
+        stream.request().prompt_ids.size() + stream.generated().size());
+    absl::Status picked =
+        ChoosePrefill(prompt_tokens, exclude_p, prefill_hint, attempt);
+    if (!picked.ok()) {
+      if (!absl::IsResourceExhausted(last)) last = picked;
+      break;
     }
-    if (attempt_no > 0) metrics_->CountRetry();  // re-sent to another worker
+    const bool colocated = attempt.prefill == nullptr;
     last = colocated ? RunColocated(context, stream, attempt)
                      : RunDisaggregated(context, stream, attempt);
     if (last.ok()) return grpc::Status::OK;
@@ -314,11 +235,32 @@ grpc::Status GenerationService::Serve(
       AbortOn(attempt.decode.get(), attempt.worker_request_id);
       return ToGrpcStatus(absl::CancelledError("client cancelled"));
     }
-    if (stream.sent_any() || !Retryable(last) || attempt.failed == nullptr)
-      break;
-    PDSERVE_LOG_WARNING("request %s: attempt %d failed on %s (%s); retrying",
-                        request_id, attempt_no + 1, attempt.failed->address,
-                        last.ToString());
+    if (!Retryable(last) || attempt.failed == nullptr) break;
+    if (stream.sent_any()) {
+      // Migration: the tokens sent so far become part of the next attempt's
+      // prompt and the client's stream continues where it stopped.
+      if (stream.migrations() >= options_.max_migrations ||
+          !Resumable(stream.request())) {
+        break;
+      }
+      if (absl::Now() >= absl::FromChrono(context->deadline())) {
+        last = absl::DeadlineExceededError(absl::StrCat(
+            "deadline exceeded before migrating: ", last.message()));
+        break;
+      }
+      stream.CountMigration();
+      metrics_->CountMigration();
+      PDSERVE_LOG_WARNING(
+          "request %s: %s; migrating after %d tokens (migration %d of %d)",
+          request_id, last.ToString(), stream.generated().size(),
+          stream.migrations(), options_.max_migrations);
+    } else {
+      if (++failed_before_send >= options_.max_attempts) break;
+      metrics_->CountRetry();  // re-sent to another worker
+      PDSERVE_LOG_WARNING("request %s: attempt %d failed on %s (%s); retrying",
+                          request_id, attempt_no + 1, attempt.failed->address,
+                          last.ToString());
+    }
     if (attempt.failed == attempt.prefill.get()) {
       exclude_p.insert(attempt.failed->address);
       if (absl::IsUnavailable(last)) {
@@ -336,6 +278,57 @@ grpc::Status GenerationService::Serve(
   return ToGrpcStatus(last);
 }
 
+absl::Status GenerationService::ChoosePrefill(
+    int prompt_tokens, const std::set<std::string>& exclude_p,
+    const PickHint& hint, Attempt& a) {
+  v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
+  if (options_.mode != RouterMode::kAuto) {
+    decision.set_reason("mode");
+    if (options_.mode == RouterMode::kColocated) return absl::OkStatus();
+    ASSIGN_OR_RETURN(a.prefill, prefill_->Pick(exclude_p, hint));
+    return absl::OkStatus();
+  }
+  auto p = prefill_->Pick(exclude_p, hint);
+  DisaggregationInputs in;
+  in.prompt_tokens = prompt_tokens;
+  in.handoff_seconds = handoff_seconds_.Get();
+  if (p.ok()) {
+    absl::MutexLock lock(&(*p)->mu);
+    const pb::WorkerStatusResponse& st = (*p)->status;
+    in.prefill = PrefillCostInputs{st.prefill_tokens_per_second(),
+                                   st.prefill_overhead_seconds(),
+                                   st.queued_prefill_tokens()};
+  }
+  {
+    WorkerEndpoint& d = *a.decode;
+    absl::MutexLock lock(&d.mu);
+    const pb::WorkerStatusResponse& st = d.status;
+    in.decode = PrefillCostInputs{st.prefill_tokens_per_second(),
+                                  st.prefill_overhead_seconds(),
+                                  st.queued_prefill_tokens()};
+    // The router's own count is fresher than the last status poll.
+    in.decode_running = std::max(st.running(), d.in_flight.load());
+    in.kv_receive_bytes_per_second = st.kv_receive_bytes_per_second();
+    in.kv_bytes_per_token = st.kv_bytes_per_token();
+    in.num_layers = st.num_layers();
+  }
+  DisaggregationPolicyOptions popts;
+  popts.threshold_tokens = options_.auto_prefill_threshold;
+  popts.stall_weight = options_.auto_stall_weight;
+  const DisaggregationDecision dd = DecidePrefillLocation(in, popts);
+  decision.set_reason(dd.reason);
+  if (dd.estimate_prefill_worker.has_value()) {
+    decision.set_estimate_prefill_worker(*dd.estimate_prefill_worker);
+  }
+  if (dd.estimate_decode_worker.has_value()) {
+    decision.set_estimate_decode_worker(*dd.estimate_decode_worker);
+  }
+  if (dd.prefill_on_decode) return absl::OkStatus();
+  if (!p.ok()) return p.status();
+  a.prefill = *std::move(p);
+  return absl::OkStatus();
+}
+
 absl::Status GenerationService::RunDisaggregated(grpc::ServerContext* context,
                                                  Stream& stream, Attempt& a) {
   WorkerEndpoint& p = *a.prefill;
@@ -343,11 +336,13 @@ absl::Status GenerationService::RunDisaggregated(grpc::ServerContext* context,
   InFlight p_load(&p.in_flight);
   InFlight d_load(&d.in_flight);
   pb::PrefillRequest preq;
-  *preq.mutable_seq() = MakeSpec(a.worker_request_id, stream.request());
+  *preq.mutable_seq() =
+      MakeSpec(a.worker_request_id, stream.request(), stream.generated());
   preq.set_decode_target(d.address);
   pb::PrefillResponse presp;
   a.timings.set_router_queue(absl::ToDoubleSeconds(absl::Now() - a.arrival));
   a.timings.set_prefill_location("prefill_worker");
+  const absl::Time rpc_start = absl::Now();
   {
     auto pctx = grpc::ClientContext::FromServerContext(*context);
     grpc::Status s = p.prefill->Prefill(pctx.get(), preq, &presp);
@@ -383,6 +378,11 @@ absl::Status GenerationService::RunDisaggregated(grpc::ServerContext* context,
     return absl::Status(st.code(), absl::StrCat("decode worker ", d.address,
                                                 ": ", st.message()));
   }
+  // The hop of the P path (for --mode=auto): Prefill sent -> D admitted,
+  // less P's queue and compute.
+  handoff_seconds_.Add(std::max(0.0, SecondsSince(rpc_start) -
+                                         presp.prefill_queue_seconds() -
+                                         presp.prefill_compute_seconds()));
   // The KV is complete and verified on D: release the first token.
   if (!stream.Send(first)) {
     dctx->TryCancel();
@@ -400,7 +400,8 @@ absl::Status GenerationService::RunColocated(grpc::ServerContext* context,
   auto dctx = grpc::ClientContext::FromServerContext(*context);
   pb::DecodeRequest dreq;
   dreq.set_request_id(a.worker_request_id);
-  *dreq.mutable_colocated() = MakeSpec(a.worker_request_id, stream.request());
+  *dreq.mutable_colocated() =
+      MakeSpec(a.worker_request_id, stream.request(), stream.generated());
   a.timings.set_router_queue(absl::ToDoubleSeconds(absl::Now() - a.arrival));
   auto reader = d.decode->Decode(dctx.get(), dreq);
   return PumpDecode(*dctx, *reader, stream, a);

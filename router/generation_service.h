@@ -3,7 +3,10 @@
 // prefill worker (prefix-aware: see RouterOptions), runs Prefill then claims
 // the sequence on the decode worker and streams its tokens back with
 // incremental detokenization and stop strings. Retries another worker on
-// UNAVAILABLE / RESOURCE_EXHAUSTED while no token has reached the client;
+// UNAVAILABLE / RESOURCE_EXHAUSTED while no token has reached the client,
+// and migrates a stream whose decode worker failed mid-stream (prompt +
+// tokens sent so far, on another pair; the client's stream continues);
+// --mode=auto chooses where to prefill with router/disaggregation_policy.h;
 // client cancellation and deadlines reach P and D at once (propagated contexts
 // + Abort). Records every request in RouterMetrics (latencies, tokens, status
 // codes, stage timings) and returns the stage timings in the final message.
@@ -13,12 +16,15 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "common/metrics/router_metrics.h"
 #include "common/tokenizer/tokenizer.h"
+#include "common/util/cost_fit.h"
 #include "pdserve/v1/generate.grpc.pb.h"
+#include "router/client_stream.h"
 #include "router/request_builder.h"
 #include "router/worker_pool.h"
 
@@ -37,7 +43,15 @@ struct RouterOptions {
   RouterMode mode = RouterMode::kDisaggregated;
   int auto_prefill_threshold =
       32;  // auto: prompts shorter than this prefill on D
+  // auto: weight of the decode stall a prefill on D causes to each of its
+  // running sequences (router/disaggregation_policy.h).
+  double auto_stall_weight = 1.0;
+  // Tries per request before any token reached the client.
   int max_attempts = 3;
+  // Times a stream may move to another (P, D) pair after tokens reached the
+  // client (its decode worker failed); 0 = never (the client gets the
+  // failure).
+  int max_migrations = 2;
   RequestLimits limits;
   // Prefix-aware prefill routing: prompts sharing their first
   // prefix_routing_blocks blocks of kv_block_size tokens go to the same
@@ -80,7 +94,7 @@ class GenerationService final : public pdserve::v1::Generation::Service {
   int in_flight() const { return in_flight_.load(); }
 
  private:
-  class Stream;
+  using Stream = ClientStream;
   struct Attempt;
   // Generate without the request's metrics, which Generate records from
   // `stream` (null until the request is resolved) and the status.
@@ -88,6 +102,11 @@ class GenerationService final : public pdserve::v1::Generation::Service {
                      const pdserve::v1::GenerateRequest* request,
                      grpc::ServerWriter<pdserve::v1::GenerateResponse>* writer,
                      absl::Time arrival, std::unique_ptr<Stream>* stream);
+  // Picks where `a` prefills (sets a.prefill unless on D, and the decision
+  // in a.timings); `a.decode` is already picked.
+  absl::Status ChoosePrefill(int prompt_tokens,
+                             const std::set<std::string>& exclude_p,
+                             const PickHint& hint, Attempt& a);
   absl::Status RunDisaggregated(grpc::ServerContext* context, Stream& stream,
                                 Attempt& attempt);
   absl::Status RunColocated(grpc::ServerContext* context, Stream& stream,
@@ -108,6 +127,7 @@ class GenerationService final : public pdserve::v1::Generation::Service {
   std::atomic<bool> draining_{false};
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};
+  Ewma handoff_seconds_;  // see DisaggregationInputs::handoff_seconds
 };
 
 }  // namespace pdserve

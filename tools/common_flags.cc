@@ -14,6 +14,10 @@ ABSL_FLAG(std::string, kv_cache_memory, "256MiB",
 ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "maximum sequences in one decode batch");
+ABSL_FLAG(int32_t, prefill_chunk_tokens, 512,
+          "tokens of one prompt computed per forward pass at most (0 = no "
+          "limit): long prompts are prefilled in chunks so that other "
+          "requests join the next pass (output is identical)");
 ABSL_FLAG(std::string, device, "cpu", "compute device: cpu or cuda");
 ABSL_FLAG(bool, prefix_caching, true,
           "reuse cached KV blocks of prompts sharing a prefix (exact)");

@@ -19,7 +19,8 @@ ABSL_DECLARE_FLAG(std::string,
 ABSL_DECLARE_FLAG(int32_t, block_size);
 ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
 ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
-ABSL_DECLARE_FLAG(std::string, device);     // cpu | cuda
+ABSL_DECLARE_FLAG(int32_t, prefill_chunk_tokens);  // 0 = no chunk limit
+ABSL_DECLARE_FLAG(std::string, device);            // cpu | cuda
 ABSL_DECLARE_FLAG(bool, prefix_caching);    // reuse cached prefix KV blocks
 ABSL_DECLARE_FLAG(std::string, tokenizer);  // "" = the --model directory's
 

@@ -78,6 +78,10 @@ constexpr MetricDef kDefs[] = {
     {"pdserve_kv_push_bandwidth_bytes_per_second", kH, "prefill", "",
      "bytes/second",
      "Achieved bandwidth of one KV push: bytes / push seconds."},
+    {"pdserve_kv_pushes_total", kC, "prefill", "transport", "pushes",
+     "KV pushes acknowledged by decode workers, by transport: shm (bytes "
+     "in a shared-memory segment, same host) or grpc (bytes in the gRPC "
+     "stream)."},
     {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
      "KV pushes that did not complete, by reason (the lower-case status "
      "code name; cancelled: the router or the client aborted the request). "

@@ -83,6 +83,7 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
                           "pdserve_kv_push_bandwidth_bytes_per_second")
               .Add({}, BandwidthBuckets())),
       push_failures_(CounterFamily(registry, "pdserve_kv_push_failures_total")),
+      pushes_(CounterFamily(registry, "pdserve_kv_pushes_total")),
       compute_(registry, "prefill"),
       kv_pool_(registry, "prefill") {
   SetBuildInfo(registry, "prefill");
@@ -91,6 +92,7 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
     push_failures_.Add(
         {{"reason", ReasonLabel(static_cast<absl::StatusCode>(c))}});
   }
+  for (const char* t : {"grpc", "shm"}) pushes_.Add({{"transport", t}});
 }
 
 void PrefillMetrics::SetQueueDepth(int64_t requests) {
@@ -102,7 +104,9 @@ void PrefillMetrics::ObserveBatch(int64_t sequences, int64_t tokens) {
   batch_tokens_.Observe(static_cast<double>(tokens));
 }
 
-void PrefillMetrics::PushSucceeded(int64_t bytes, double seconds) {
+void PrefillMetrics::PushSucceeded(int64_t bytes, double seconds,
+                                   const std::string& transport) {
+  pushes_.Add({{"transport", transport}}).Increment();
   pushed_bytes_.Increment(static_cast<double>(bytes));
   push_seconds_.Observe(seconds);
   if (seconds > 0)

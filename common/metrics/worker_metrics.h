@@ -7,6 +7,7 @@
 #define PDSERVE_COMMON_METRICS_WORKER_METRICS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -59,8 +60,10 @@ class PrefillMetrics {
   // One forward pass over `sequences` prompts with `tokens` new tokens.
   void ObserveBatch(int64_t sequences, int64_t tokens);
   // A push acknowledged by the decode worker: payload bytes, first byte sent
-  // to last ack. Adds bytes, observes seconds and bytes/seconds.
-  void PushSucceeded(int64_t bytes, double seconds);
+  // to last ack, transport ("grpc" | "shm"). Adds bytes, observes seconds
+  // and bytes/seconds, counts the push by transport.
+  void PushSucceeded(int64_t bytes, double seconds,
+                     const std::string& transport = "grpc");
   // A push that failed; reason label = lower-case code name ("data_loss").
   void PushFailed(absl::StatusCode code);
 
@@ -75,6 +78,7 @@ class PrefillMetrics {
   prometheus::Histogram& push_seconds_;
   prometheus::Histogram& push_bandwidth_;
   prometheus::Family<prometheus::Counter>& push_failures_;
+  prometheus::Family<prometheus::Counter>& pushes_;  // by transport
   PrefillComputeMetrics compute_;
   KvPoolMetrics kv_pool_;
 };

@@ -5,40 +5,77 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/transport/shm_kv_transport.h"
 #include "common/util/logging.h"
 #include "grpcpp/client_context.h"
 
 namespace pdserve::transport {
+
+KvPushCall::KvPushCall(const std::shared_ptr<grpc::Channel>& channel,
+                       absl::Time deadline)
+    : stub_(pb::KvTransfer::NewStub(channel)) {
+  context_.set_deadline(absl::ToChronoTime(deadline));
+  writer_ = stub_->Push(&context_, &ack_);
+}
+
+KvPushCall::~KvPushCall() {
+  if (!finished_) {
+    context_.TryCancel();
+    (void)writer_->Finish();
+  }
+}
+
+absl::Status KvPushCall::FinishWithError(absl::Status if_ok) {
+  grpc::Status s = writer_->Finish();
+  finished_ = true;
+  error_ = s.ok() ? std::move(if_ok) : FromGrpcStatus(s);
+  const auto& trailers = context_.GetServerTrailingMetadata();
+  shm_unusable_ = trailers.find(kShmUnusableMetadataKey) != trailers.end();
+  return error_;
+}
+
+absl::Status KvPushCall::Write(const pb::KvPushMessage& msg) {
+  if (!error_.ok()) return error_;
+  if (finished_) return absl::FailedPreconditionError("KV push call is over");
+  if (!writer_->Write(msg)) {
+    // A failed Write means the call is over: Finish gives D's status.
+    return FinishWithError(
+        absl::UnavailableError("KV push stream closed by receiver"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<pb::KvPushAck> KvPushCall::Finish(
+    const pb::KvPushMessage& last) {
+  if (!error_.ok()) return error_;
+  writer_->WriteLast(last, grpc::WriteOptions());
+  absl::Status s = FinishWithError(absl::OkStatus());  // OK when D acknowledged
+  if (!s.ok()) return s;
+  return ack_;
+}
+
+absl::Status KvPushCall::FinishWithoutCommit() {
+  if (!error_.ok()) return error_;
+  return FinishWithError(absl::AbortedError("stalled push was accepted"));
+}
+
 namespace {
 
-// One push over a client-streaming call. Send/Commit run on one thread;
-// Cancel may come from any thread (ClientContext::TryCancel is thread-safe).
+// One push over a client-streaming call, chunks inline. Send/Commit run on
+// one thread; Cancel may come from any thread.
 class GrpcKvPushStream : public KvPushStream {
  public:
-  GrpcKvPushStream(std::shared_ptr<grpc::Channel> channel,
+  GrpcKvPushStream(const std::shared_ptr<grpc::Channel>& channel,
                    const KvFaultInjection& faults, absl::Time deadline)
-      : channel_(std::move(channel)),
-        stub_(pb::KvTransfer::NewStub(channel_)),
-        faults_(faults) {
-    context_.set_deadline(absl::ToChronoTime(deadline));
-  }
-  ~GrpcKvPushStream() override {
-    if (writer_ != nullptr && !finished_) {
-      context_.TryCancel();
-      (void)writer_->Finish();
-    }
-  }
+      : call_(channel, deadline), faults_(faults) {}
 
   absl::Status Start(const pb::KvHeader& header) {
-    writer_ = stub_->Push(&context_, &ack_);
     pb::KvPushMessage msg;
     *msg.mutable_header() = header;
-    if (!writer_->Write(msg)) return FinishWithError();
-    return absl::OkStatus();
+    return call_.Write(msg);
   }
 
   absl::Status Send(pb::KvChunk chunk) override {
-    if (!error_.ok()) return error_;
     const int index = chunks_sent_++;
     if (faults_.stop_after_chunks >= 0 && index >= faults_.stop_after_chunks) {
       stalled_ = true;  // test-only: the push never completes
@@ -49,56 +86,29 @@ class GrpcKvPushStream : public KvPushStream {
     }
     pb::KvPushMessage msg;
     *msg.mutable_chunk() = std::move(chunk);
-    if (!writer_->Write(msg)) return FinishWithError();
-    return absl::OkStatus();
+    return call_.Write(msg);
   }
 
   absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
-    if (!error_.ok()) return error_;
     if (stalled_) {
       // Test-only stall: wait until the receiver gives up (lease expiry) or
       // the deadline passes.
-      grpc::Status s = writer_->Finish();
-      finished_ = true;
-      error_ = s.ok() ? absl::AbortedError("stalled push was accepted")
-                      : FromGrpcStatus(s);
-      return error_;
+      return call_.FinishWithoutCommit();
     }
     pb::KvPushMessage msg;
     *msg.mutable_commit() = commit;
-    writer_->WriteLast(msg, grpc::WriteOptions());
-    grpc::Status s = writer_->Finish();
-    finished_ = true;
-    if (!s.ok()) {
-      error_ = FromGrpcStatus(s);
-      return error_;
-    }
-    return KvPushResult{ack_.bytes_received(), ack_.transfer_seconds()};
+    auto ack = call_.Finish(msg);
+    if (!ack.ok()) return ack.status();
+    return KvPushResult{ack->bytes_received(), ack->transfer_seconds(), "grpc"};
   }
 
-  void Cancel() override { context_.TryCancel(); }
+  void Cancel() override { call_.Cancel(); }
 
  private:
-  absl::Status FinishWithError() {
-    // A failed Write means the call is over: Finish gives D's status.
-    grpc::Status s = writer_->Finish();
-    finished_ = true;
-    error_ = s.ok()
-                 ? absl::UnavailableError("KV push stream closed by receiver")
-                 : FromGrpcStatus(s);
-    return error_;
-  }
-
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<pb::KvTransfer::Stub> stub_;
+  KvPushCall call_;
   const KvFaultInjection faults_;
-  grpc::ClientContext context_;
-  pb::KvPushAck ack_;
-  std::unique_ptr<grpc::ClientWriter<pb::KvPushMessage>> writer_;
-  absl::Status error_;
   int chunks_sent_ = 0;
   bool stalled_ = false;
-  bool finished_ = false;
 };
 
 }  // namespace
@@ -125,6 +135,35 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
   return stream;
 }
 
+KvTransferService::KvTransferService(KvSinkFactory* factory, bool accept_shm)
+    : factory_(factory) {
+  if (!accept_shm) return;
+  if (int n = SweepStaleShmSegments(absl::Seconds(10)); n > 0) {
+    PDSERVE_LOG_INFO(
+        "removed %d stale shared-memory segments of dead "
+        "processes",
+        n);
+  }
+  auto probe = ShmProbe::Create();
+  if (probe.ok()) {
+    probe_ = *std::move(probe);
+  } else {
+    PDSERVE_LOG_WARNING(
+        "no shared-memory KV transport (KV arrives over gRPC): %s",
+        probe.status().ToString());
+  }
+}
+
+grpc::Status KvTransferService::Describe(grpc::ServerContext*,
+                                         const pb::KvDescribeRequest*,
+                                         pb::KvDescribeResponse* response) {
+  if (probe_ != nullptr) {
+    response->set_shm_probe_name(probe_->name());
+    response->set_shm_probe_nonce(probe_->nonce());
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status KvTransferService::Push(
     grpc::ServerContext* context, grpc::ServerReader<pb::KvPushMessage>* reader,
     pb::KvPushAck* ack) {
@@ -144,13 +183,31 @@ grpc::Status KvTransferService::Push(
     factory_->Refused(header, s);
     return ToGrpcStatus(s);
   }
+  KvCoverage coverage(factory_->layout(), header.num_tokens());
+  // Shared memory: map the segment before any sink exists, so that a
+  // segment this process cannot open lets P fall back to gRPC. It is
+  // unmapped when this call ends, before P sees the ack and reuses it.
+  std::unique_ptr<ShmSegment> segment;
+  if (header.has_shm()) {
+    auto opened = OpenPushSegment(header.shm(), coverage.expected_bytes());
+    if (!opened.ok()) {
+      counters_.shm_unusable.fetch_add(1);
+      PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
+                          opened.status().ToString());
+      if (!absl::IsInvalidArgument(opened.status())) {
+        context->AddTrailingMetadata(kShmUnusableMetadataKey, "1");
+      }
+      return ToGrpcStatus(opened.status());
+    }
+    segment = *std::move(opened);
+  }
   auto sink = factory_->Begin(header, [context] { context->TryCancel(); });
   if (!sink.ok()) {
     counters_.refused.fetch_add(1);
     return ToGrpcStatus(sink.status());
   }
   counters_.pushes.fetch_add(1);
-  KvCoverage coverage(factory_->layout(), header.num_tokens());
+  if (segment != nullptr) counters_.shm_pushes.fetch_add(1);
   auto fail = [&](absl::Status st) {
     (*sink)->OnAbort(st);
     return ToGrpcStatus(st);
@@ -163,16 +220,27 @@ grpc::Status KvTransferService::Push(
                             "KV push ended before its commit (prefill worker "
                             "gone?)"));
     }
-    if (msg.has_chunk()) {
-      s = coverage.Accept(msg.chunk());
+    if (msg.has_chunk() || msg.has_shm_chunk()) {
+      // Both kinds are verified and sunk by the same code; a shared-memory
+      // chunk is read in place (P wrote it before sending its descriptor and
+      // never touches it again; the checksum guards against corruption, as
+      // on the wire, not against a hostile P, which could send any bytes).
+      absl::StatusOr<KvChunkView> chunk = absl::InvalidArgumentError(
+          "KV push: shared-memory chunk without a segment");
+      if (msg.has_chunk()) {
+        chunk = KvChunkView::Of(msg.chunk());
+      } else if (segment != nullptr) {
+        chunk = ChunkFromShm(*segment, msg.shm_chunk());
+      }
+      if (!chunk.ok()) return fail(chunk.status());
+      s = coverage.Accept(*chunk);
       if (absl::IsDataLoss(s)) {
         counters_.checksum_failures.fetch_add(1);
         (*sink)->OnChecksumFailure();
       }
-      if (s.ok()) s = (*sink)->OnChunk(msg.chunk());
+      if (s.ok()) s = (*sink)->OnChunk(*chunk);
       if (!s.ok()) return fail(s);
-      counters_.bytes.fetch_add(
-          static_cast<int64_t>(msg.chunk().data().size()));
+      counters_.bytes.fetch_add(static_cast<int64_t>(chunk->data.size()));
     } else if (msg.has_commit()) {
       if (!coverage.complete()) {
         return fail(absl::DataLossError(

@@ -1,7 +1,10 @@
 // KV transport over gRPC: GrpcKvSender pushes with KvTransfer.Push
 // (client-streaming, P -> D) over cached channels; KvTransferService is the
 // decode worker's receiving service, verifying every chunk before handing it
-// to a KvSink. Both are thread-safe.
+// to a KvSink, for chunks sent inline and for chunks whose bytes are in a
+// shared-memory segment (shm_kv_transport.h). KvPushCall is one Push call,
+// the control channel both senders share. Senders and the service are
+// thread-safe; a KvPushCall is driven by one thread (Cancel: any thread).
 #ifndef PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 
@@ -13,11 +16,46 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/kv_transport.h"
+#include "common/transport/shm_segment.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 
 namespace pdserve::transport {
+
+// Trailing-metadata key D sets when it refuses a push because it cannot open
+// the push's shared-memory segment (nothing reached a sink: P may retry the
+// push over gRPC).
+inline constexpr char kShmUnusableMetadataKey[] = "pdserve-kv-shm-unusable";
+
+// One KvTransfer.Push call, client side.
+class KvPushCall {
+ public:
+  KvPushCall(const std::shared_ptr<grpc::Channel>& channel,
+             absl::Time deadline);
+  ~KvPushCall();  // cancels and finishes an unfinished call
+
+  // A failed Write ends the call: the error is D's status. Errors stick.
+  absl::Status Write(const pb::KvPushMessage& msg);
+  // Writes `last` (the commit) and waits for D's acknowledgement.
+  absl::StatusOr<pb::KvPushAck> Finish(const pb::KvPushMessage& last);
+  // Waits for D to end the call without sending anything more (test stalls).
+  absl::Status FinishWithoutCommit();
+  void Cancel() { context_.TryCancel(); }
+  // After an error: D could not open the shared-memory segment.
+  bool shm_unusable() const { return shm_unusable_; }
+
+ private:
+  absl::Status FinishWithError(absl::Status if_ok);
+
+  std::unique_ptr<pb::KvTransfer::Stub> stub_;
+  grpc::ClientContext context_;
+  pb::KvPushAck ack_;
+  std::unique_ptr<grpc::ClientWriter<pb::KvPushMessage>> writer_;
+  absl::Status error_;
+  bool finished_ = false;
+  bool shm_unusable_ = false;
+};
 
 class GrpcKvSender : public KvSender {
  public:
@@ -27,9 +65,11 @@ class GrpcKvSender : public KvSender {
       const std::string& target, const pb::KvHeader& header,
       absl::Time deadline) override;
 
- private:
+  // The cached channel to `target`.
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& target);
+  const KvFaultInjection& faults() const { return faults_; }
 
+ private:
   const std::shared_ptr<grpc::ChannelCredentials> creds_;
   const KvFaultInjection faults_;
   absl::Mutex mu_;
@@ -40,6 +80,8 @@ class GrpcKvSender : public KvSender {
 // Counters of the receiving side, readable at any time.
 struct KvReceiveCounters {
   std::atomic<int64_t> pushes{0};
+  std::atomic<int64_t> shm_pushes{0};    // of `pushes`: through shared memory
+  std::atomic<int64_t> shm_unusable{0};  // segments D could not open
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> checksum_failures{0};
   std::atomic<int64_t> refused{0};
@@ -47,15 +89,21 @@ struct KvReceiveCounters {
 
 class KvTransferService final : public pb::KvTransfer::Service {
  public:
-  // `factory` must outlive the service.
-  explicit KvTransferService(KvSinkFactory* factory) : factory_(factory) {}
+  // `factory` must outlive the service. With `accept_shm`, creates the
+  // shared-memory probe that Describe advertises (without one, or if it
+  // cannot be created, P pushes over gRPC).
+  explicit KvTransferService(KvSinkFactory* factory, bool accept_shm = true);
   grpc::Status Push(grpc::ServerContext* context,
                     grpc::ServerReader<pb::KvPushMessage>* reader,
                     pb::KvPushAck* ack) override;
+  grpc::Status Describe(grpc::ServerContext* context,
+                        const pb::KvDescribeRequest* request,
+                        pb::KvDescribeResponse* response) override;
   const KvReceiveCounters& counters() const { return counters_; }
 
  private:
   KvSinkFactory* const factory_;
+  std::unique_ptr<ShmProbe> probe_;  // null: no shared-memory pushes
   KvReceiveCounters counters_;
 };
 

@@ -1,9 +1,10 @@
 // The KV transport interface: how a prefill worker pushes one sequence's KV
 // to a decode worker (KvSender / KvPushStream) and how a decode worker
-// consumes pushes (KvSink). gRPC client-streaming is the implementation today
-// (grpc_kv_transport.h); a same-host shared-memory transport implements the
-// same interfaces. KvSender implementations are thread-safe; a KvPushStream
-// is driven by one thread, except Cancel(), which any thread may call.
+// consumes pushes (KvSink). gRPC client-streaming is one implementation
+// (grpc_kv_transport.h); the same-host shared-memory transport
+// (shm_kv_transport.h) implements the same interfaces. KvSender implementations
+// are thread-safe; a KvPushStream is driven by one thread, except Cancel(),
+// which any thread may call.
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 
@@ -20,8 +21,9 @@
 namespace pdserve::transport {
 
 struct KvPushResult {
-  int64_t bytes = 0;            // KV payload bytes acknowledged by D
-  double transfer_seconds = 0;  // measured by D
+  int64_t bytes = 0;               // KV payload bytes acknowledged by D
+  double transfer_seconds = 0;     // measured by D
+  std::string transport = "grpc";  // "grpc" | "shm": how the bytes went
 };
 
 // One sequence's push. Send chunks in per-layer token order, then Commit.
@@ -42,6 +44,9 @@ struct KvFaultInjection {
   int corrupt_chunk = -1;  // flip a byte of this chunk (0-based), after sealing
   int stop_after_chunks =
       -1;  // send this many chunks, then stall until cancelled
+  // Shared memory: unlink the segment before D opens it (D cannot open it:
+  // the push falls back to gRPC in auto mode).
+  bool unlink_shm_segment = false;
 };
 
 class KvSender {
@@ -62,8 +67,9 @@ class KvSender {
 class KvSink {
  public:
   virtual ~KvSink() = default;
-  // Chunks have passed KvCoverage::Accept (order, size, checksum).
-  virtual absl::Status OnChunk(const pb::KvChunk& chunk) = 0;
+  // Chunks have passed KvCoverage::Accept (order, size, checksum). The bytes
+  // are valid during the call only (they may be in shared memory).
+  virtual absl::Status OnChunk(const KvChunkView& chunk) = 0;
   // Every chunk arrived; `transfer_seconds` from the header to now.
   virtual absl::Status OnCommit(const pb::KvCommit& commit,
                                 double transfer_seconds) = 0;

@@ -100,31 +100,31 @@ int64_t KvCoverage::expected_bytes() const {
   return layout_.BytesPerTokenPerLayer() * num_tokens_ * layout_.num_layers;
 }
 
-absl::Status KvCoverage::Accept(const pb::KvChunk& chunk) {
-  if (chunk.layer() < 0 || chunk.layer() >= layout_.num_layers) {
+absl::Status KvCoverage::Accept(const KvChunkView& chunk) {
+  if (chunk.layer < 0 || chunk.layer >= layout_.num_layers) {
     return absl::InvalidArgumentError(
-        absl::StrCat("KV chunk: layer ", chunk.layer(), " out of range"));
+        absl::StrCat("KV chunk: layer ", chunk.layer, " out of range"));
   }
-  int& next = next_token_[chunk.layer()];
-  if (chunk.token_begin() != next || chunk.token_end() <= chunk.token_begin() ||
-      chunk.token_end() > num_tokens_) {
+  int& next = next_token_[chunk.layer];
+  if (chunk.token_begin != next || chunk.token_end <= chunk.token_begin ||
+      chunk.token_end > num_tokens_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "KV chunk: layer ", chunk.layer(), " tokens [", chunk.token_begin(),
-        ", ", chunk.token_end(), ") out of order (expected from ", next,
-        " up to ", num_tokens_, ")"));
+        "KV chunk: layer ", chunk.layer, " tokens [", chunk.token_begin, ", ",
+        chunk.token_end, ") out of order (expected from ", next, " up to ",
+        num_tokens_, ")"));
   }
-  const int64_t want = layout_.BytesPerTokenPerLayer() *
-                       (chunk.token_end() - chunk.token_begin());
-  if (static_cast<int64_t>(chunk.data().size()) != want) {
+  const int64_t want =
+      layout_.BytesPerTokenPerLayer() * (chunk.token_end - chunk.token_begin);
+  if (static_cast<int64_t>(chunk.data.size()) != want) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "KV chunk: ", chunk.data().size(), " bytes, expected ", want));
+        "KV chunk: ", chunk.data.size(), " bytes, expected ", want));
   }
-  if (KvChecksum(chunk.data()) != chunk.xxh3()) {
+  if (KvChecksum(chunk.data) != chunk.xxh3) {
     return absl::DataLossError(absl::StrCat(
-        "KV chunk checksum mismatch (layer ", chunk.layer(), ", tokens [",
-        chunk.token_begin(), ", ", chunk.token_end(), "))"));
+        "KV chunk checksum mismatch (layer ", chunk.layer, ", tokens [",
+        chunk.token_begin, ", ", chunk.token_end, "))"));
   }
-  next = chunk.token_end();
+  next = chunk.token_end;
   if (next == num_tokens_) ++complete_layers_;
   bytes_ += want;
   return absl::OkStatus();

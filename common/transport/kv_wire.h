@@ -43,6 +43,20 @@ absl::Status CheckHeaderCompatible(const pb::KvHeader& header,
                                    absl::string_view local_fingerprint,
                                    const KvLayout& local_layout);
 
+// One chunk with its bytes by reference: an inline KvChunk's or a range of a
+// shared-memory segment. Valid while what it points into lives.
+struct KvChunkView {
+  int layer = 0;
+  int token_begin = 0;
+  int token_end = 0;
+  absl::string_view data;
+  uint64_t xxh3 = 0;
+  static KvChunkView Of(const pb::KvChunk& chunk) {
+    return {chunk.layer(), chunk.token_begin(), chunk.token_end(), chunk.data(),
+            chunk.xxh3()};
+  }
+};
+
 // Tracks, per layer, how many tokens arrived; chunks of a layer must arrive
 // in token order without gaps or overlaps.
 class KvCoverage {
@@ -50,7 +64,10 @@ class KvCoverage {
   KvCoverage(const KvLayout& layout, int num_tokens);
   // INVALID_ARGUMENT for a chunk out of range/order or of the wrong size;
   // DATA_LOSS when its checksum does not match its bytes. Records it on OK.
-  absl::Status Accept(const pb::KvChunk& chunk);
+  absl::Status Accept(const KvChunkView& chunk);
+  absl::Status Accept(const pb::KvChunk& chunk) {
+    return Accept(KvChunkView::Of(chunk));
+  }
   bool complete() const { return complete_layers_ == layout_.num_layers; }
   int64_t bytes() const { return bytes_; }
   // Total bytes of a complete push.

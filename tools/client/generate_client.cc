@@ -1,5 +1,6 @@
 #include "tools/client/generate_client.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "absl/strings/numbers.h"
@@ -97,6 +98,7 @@ absl::StatusOr<GenerateResult> RunGenerate(
       result.finish_reason = msg.finish_reason();
       result.usage = msg.usage();
       result.timings = msg.timings();
+      result.migrations = msg.migrated() ? std::max(1, msg.migrations()) : 0;
       result.prompt_ids.assign(msg.prompt_ids().begin(),
                                msg.prompt_ids().end());
     }
@@ -141,7 +143,18 @@ nlohmann::json ResultToJson(const GenerateResult& r) {
       timings[f->name()] = refl->GetString(r.timings, f);
     }
   }
+  if (r.timings.has_prefill_decision()) {
+    const auto& d = r.timings.prefill_decision();
+    nlohmann::json dj = {{"reason", d.reason()}};
+    if (d.has_estimate_prefill_worker())
+      dj["estimate_prefill_worker"] = d.estimate_prefill_worker();
+    if (d.has_estimate_decode_worker())
+      dj["estimate_decode_worker"] = d.estimate_decode_worker();
+    timings["prefill_decision"] = std::move(dj);
+  }
   j["timings"] = std::move(timings);
+  j["migrated"] = r.migrations > 0;
+  j["migrations"] = r.migrations;
   return j;
 }
 

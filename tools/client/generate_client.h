@@ -28,6 +28,7 @@ struct GenerateResult {
   pdserve::v1::StageTimings timings;
   double ttft_ms = 0;
   double e2e_ms = 0;
+  int migrations = 0;  // times the stream moved to another decode worker
 };
 
 // One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]} plus optional

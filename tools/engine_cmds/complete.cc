@@ -128,6 +128,7 @@ std::vector<CompletionResult> RunCompletions(
   {
     SchedulerOptions so;
     so.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+    so.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
     GenerationScheduler scheduler(&engine, so);
     for (size_t i = 0; i < requests.size(); ++i) {
       results[i].prompt_ids = requests[i].prompt_ids;

@@ -40,6 +40,8 @@ int RunDecode(const std::vector<std::string>&) {
   DecodeWorkerOptions options;
   options.engine = *engine;
   options.scheduler.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  options.scheduler.prefill_chunk_tokens =
+      absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.scheduler.max_waiting = absl::GetFlag(FLAGS_max_waiting_seqs);
   options.scheduler.kv_watermark = absl::GetFlag(FLAGS_kv_watermark);
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));

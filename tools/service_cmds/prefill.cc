@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/transport/grpc_kv_transport.h"
+#include "common/transport/shm_kv_transport.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "prefill_worker/prefill_worker.h"
@@ -25,6 +26,10 @@ ABSL_FLAG(
 ABSL_FLAG(int32_t, testonly_stop_kv_push_after_chunks, -1,
           "TEST ONLY fault injection: send this many KV chunks of every push, "
           "then stall without committing (-1 = off)");
+ABSL_FLAG(std::string, kv_transport, "auto",
+          "prefill: how KV reaches decode workers: auto (shared memory with "
+          "decode workers that can open this process's /dev/shm segments, "
+          "else gRPC), grpc, or shm (shared memory or fail the push)");
 ABSL_FLAG(int32_t, testonly_prefill_delay_ms, 0,
           "TEST ONLY: sleep this many ms before each prefill batch (0 = off)");
 
@@ -44,6 +49,7 @@ int RunPrefill(const std::vector<std::string>&) {
   options.engine.max_batch_tokens = std::max(
       options.engine.max_batch_tokens, absl::GetFlag(FLAGS_max_prefill_tokens));
   options.max_batch_tokens = absl::GetFlag(FLAGS_max_prefill_tokens);
+  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.max_queue = absl::GetFlag(FLAGS_max_prefill_queue);
   options.testonly_prefill_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_prefill_delay_ms));
@@ -57,7 +63,11 @@ int RunPrefill(const std::vector<std::string>&) {
   if (faults.corrupt_chunk >= 0 || faults.stop_after_chunks >= 0) {
     PDSERVE_LOG_WARNING("TEST-ONLY KV push fault injection is ON");
   }
-  transport::GrpcKvSender sender(*channel_creds, faults);
+  auto kv_mode =
+      transport::ParseKvTransportMode(absl::GetFlag(FLAGS_kv_transport));
+  if (!kv_mode.ok()) return FailWith("prefill", kv_mode.status());
+  transport::GrpcKvSender grpc_sender(*channel_creds, faults);
+  transport::ShmKvSender sender(&grpc_sender, *kv_mode);
   auto worker = PrefillWorker::Create(options, &sender);
   if (!worker.ok()) return FailWith("prefill", worker.status());
   auto creds = InternalServerCredentials();

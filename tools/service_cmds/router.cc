@@ -19,8 +19,17 @@ ABSL_FLAG(
     std::vector<std::string>, decode_workers, {},
     "router: decode workers, host:port or dns:///name:port (re-resolved)");
 ABSL_FLAG(int32_t, auto_prefill_threshold, 32,
-          "router --mode=auto: prompts shorter than this many tokens are "
+          "router --mode=auto: until the workers have measured their "
+          "prefill throughput, prompts shorter than this many tokens are "
           "prefilled on the decode worker");
+ABSL_FLAG(double, auto_stall_weight, 1.0,
+          "router --mode=auto: weight of the decode stall a prefill on the "
+          "decode worker causes to each of its running sequences, against "
+          "the new request's time to first token");
+ABSL_FLAG(int32_t, max_migrations, 2,
+          "router: times a stream may move to another worker pair after its "
+          "decode worker failed mid-stream (0 = never: the client gets "
+          "UNAVAILABLE)");
 ABSL_FLAG(int32_t, prefix_routing_blocks, 2,
           "router: route prompts sharing their first N KV blocks (of "
           "--block_size tokens) to the same prefill worker (0 = off)");
@@ -61,7 +70,9 @@ int RunRouter(const std::vector<std::string>&) {
   if (!mode.ok()) return FailWith("router", mode.status());
   options.mode = *mode;
   options.auto_prefill_threshold = absl::GetFlag(FLAGS_auto_prefill_threshold);
+  options.auto_stall_weight = absl::GetFlag(FLAGS_auto_stall_weight);
   options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
+  options.max_migrations = std::max(0, absl::GetFlag(FLAGS_max_migrations));
   options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
   options.retry_after_ms = absl::GetFlag(FLAGS_retry_after_ms);
   options.prefix_routing_blocks = absl::GetFlag(FLAGS_prefix_routing_blocks);

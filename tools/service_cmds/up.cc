@@ -67,6 +67,8 @@ std::vector<std::string> CommonChildFlags(int threads) {
       absl::StrCat("--block_size=", absl::GetFlag(FLAGS_block_size)),
       absl::StrCat("--threads=", threads),
       absl::StrCat("--max_num_seqs=", absl::GetFlag(FLAGS_max_num_seqs)),
+      absl::StrCat("--prefill_chunk_tokens=",
+                   absl::GetFlag(FLAGS_prefill_chunk_tokens)),
       absl::StrCat("--drain_timeout_seconds=",
                    absl::GetFlag(FLAGS_drain_timeout_seconds)),
       "--host=127.0.0.1",

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Time to first token, disaggregated vs colocated, one request at a time.
+#
+# For each prompt length (LENGTHS) and each mode, starts `pdserve up`:
+#   disaggregated: 1 prefill worker + 1 decode worker (the KV is shipped)
+#   colocated:     1 decode worker that prefills itself
+# every worker with --threads=$THREADS on the same machine, and sends
+# NUM_PROMPTS distinct random prompts of that length (`bench --dataset=fixed`,
+# concurrency 1, prefix cache off so each prompt is computed in full). With the
+# KV leaving layer by layer while later layers compute, only the last layer's
+# transfer and D's admission are added to TTFT: the ratio disaggregated /
+# colocated is what this prints (target <= 1.10). Both modes run in the same
+# invocation, alternating, so machine noise hits both.
+#
+# usage: tools/bench/ttft_modes.sh           (from the repository root)
+# Settings (environment variables, defaults below): PDSERVE MODEL DTYPE
+#   LENGTHS NUM_PROMPTS THREADS KV_CACHE UP_ARGS RESULTS_DIR
+# Everything it starts is stopped by PID on exit.
+set -euo pipefail
+
+PDSERVE=${PDSERVE:-build/pdserve}
+MODEL=${MODEL:-synthetic:llama-110m}
+DTYPE=${DTYPE:-f32}
+LENGTHS=${LENGTHS:-"512 2048"}
+NUM_PROMPTS=${NUM_PROMPTS:-5}
+THREADS=${THREADS:-2}
+KV_CACHE=${KV_CACHE:-1GiB}
+UP_ARGS=${UP_ARGS:-}
+RESULTS_DIR=${RESULTS_DIR:-$(mktemp -d /tmp/pdserve-ttft-XXXXXX)}
+
+[[ -x $PDSERVE ]] || { echo "$PDSERVE not built" >&2; exit 2; }
+mkdir -p "$RESULTS_DIR"
+
+UP_PID=""
+cleanup() {
+  if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
+    kill -TERM "$UP_PID" 2>/dev/null || true
+    for _ in $(seq 100); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL "$UP_PID" 2>/dev/null || true
+  fi
+  UP_PID=""
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_cluster MODE -> sets UP_PID and TARGET.
+start_cluster() {
+  local mode=$1 port workers log
+  port=$(free_port)
+  log=$RESULTS_DIR/up-$mode
+  if [[ $mode == disaggregated ]]; then workers=(--prefill=1 --decode=1);
+  else workers=(--prefill=0 --decode=1); fi
+  # shellcheck disable=SC2086  # UP_ARGS is a list of flags
+  "$PDSERVE" up --model="$MODEL" --dtype="$DTYPE" --port="$port" --mode="$mode" \
+    --threads="$THREADS" --kv_cache_memory="$KV_CACHE" --prefix_caching=false \
+    "${workers[@]}" $UP_ARGS >"$log.out" 2>"$log.err" &
+  UP_PID=$!
+  for _ in $(seq 600); do
+    grep -q "up: ready" "$log.out" 2>/dev/null && break
+    kill -0 "$UP_PID" 2>/dev/null || { cat "$log.err" >&2; echo "pdserve up ($mode) failed" >&2; exit 1; }
+    sleep 0.5
+  done
+  grep -q "up: ready" "$log.out" || { echo "pdserve up ($mode) not ready" >&2; exit 1; }
+  TARGET=127.0.0.1:$port
+}
+
+# median TTFT (ms) and mean KV-transfer tail (ms) of a bench JSON.
+summary() {
+  python3 - "$1" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+m = j.get("metrics", j)
+tail = m.get("stage_ms", {}).get("kv_transfer_tail", {}).get("mean", 0.0)
+print(f'{m["ttft_ms"]["median"]:.1f} {tail:.1f} {m["failed"]}')
+EOF
+}
+
+declare -A TTFT TAIL
+for len in $LENGTHS; do
+  for mode in colocated disaggregated; do
+    start_cluster "$mode"
+    bench_args=(--target="$TARGET" --dataset=fixed --input_len="$len" --output_len=2
+                --request_rate=inf --max_concurrency=1 --progress=false)
+    # Warm-up (first touch of weights and KV pages), not measured.
+    "$PDSERVE" bench "${bench_args[@]}" --num_prompts=1 --seed=999 >/dev/null
+    "$PDSERVE" bench "${bench_args[@]}" --num_prompts="$NUM_PROMPTS" --seed=1 \
+      --json_out="$RESULTS_DIR/$mode-$len.json" >"$RESULTS_DIR/$mode-$len.txt"
+    read -r ttft tail failed < <(summary "$RESULTS_DIR/$mode-$len.json")
+    [[ $failed == 0 ]] || { echo "$failed requests failed ($mode, $len tokens)" >&2; exit 1; }
+    TTFT[$mode-$len]=$ttft
+    TAIL[$mode-$len]=$tail
+    echo "== $len-token prompts, $mode: TTFT median ${ttft} ms" >&2
+    cleanup
+  done
+done
+
+echo
+echo "TTFT, one request at a time ($MODEL $DTYPE, --threads=$THREADS per worker, $NUM_PROMPTS prompts each, median)"
+printf '%-8s %16s %16s %8s %22s\n' tokens "colocated (ms)" "disagg. (ms)" ratio "KV transfer tail (ms)"
+for len in $LENGTHS; do
+  c=${TTFT[colocated-$len]} d=${TTFT[disaggregated-$len]}
+  printf '%-8s %16s %16s %8s %22s\n' "$len" "$c" "$d" \
+    "$(python3 -c "print(f'{$d/$c:.3f}')")" "${TAIL[disaggregated-$len]}"
+done
+echo "(results in $RESULTS_DIR)"
