@@ -48,6 +48,17 @@ double Seconds(absl::Time from, absl::Time to) {
   return absl::ToDoubleSeconds(to - from);
 }
 
+// The scheduler's request for a sequence (colocated or imported): empty
+// eos ids are filled by the scheduler from the generation config.
+GenerationRequest RequestFromSpec(const pb::SequenceSpec& spec) {
+  GenerationRequest req;
+  req.prompt_ids.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
+  req.sampling = transport::SamplingFromProto(spec.sampling());
+  req.stop = transport::StopFromProto(spec.stop(), {});
+  req.generated_tokens = spec.generated_tokens();
+  return req;
+}
+
 }  // namespace
 
 DecodeWorker::DecodeWorker(const DecodeWorkerOptions& options)
@@ -162,12 +173,8 @@ grpc::Status DecodeWorker::Decode(
   } queued_prefill;
   if (colocated) {
     const pb::SequenceSpec& spec = request->colocated();
-    GenerationRequest req;
-    req.prompt_ids.assign(spec.prompt_ids().begin(), spec.prompt_ids().end());
-    req.sampling = transport::SamplingFromProto(spec.sampling());
-    req.stop = transport::StopFromProto(spec.stop(), {});
     submitted = absl::Now();
-    rid = scheduler_->Submit(std::move(req), callback);
+    rid = scheduler_->Submit(RequestFromSpec(spec), callback);
     if (rid.ok()) {
       prefill_tokens_.fetch_add(spec.prompt_ids_size());
       queued_prefill.Set(&queued_prefill_tokens_, spec.prompt_ids_size());
@@ -177,15 +184,10 @@ grpc::Status DecodeWorker::Decode(
     auto ready =
         leases_->Claim(id, [context] { return context->IsCancelled(); });
     if (!ready.ok()) return ToGrpcStatus(ready.status());
-    GenerationRequest req;
-    req.prompt_ids.assign(ready->spec.prompt_ids().begin(),
-                          ready->spec.prompt_ids().end());
-    req.sampling = transport::SamplingFromProto(ready->spec.sampling());
-    req.stop = transport::StopFromProto(ready->spec.stop(), {});
     const SeqId seq = ready->seq;
     submitted = absl::Now();
-    rid = scheduler_->SubmitWithKv(std::move(req), seq, ready->first_token.id(),
-                                   callback);
+    rid = scheduler_->SubmitWithKv(RequestFromSpec(ready->spec), seq,
+                                   ready->first_token.id(), callback);
     if (!rid.ok()) {
       scheduler_->WithEngine([seq](Engine& e) { e.FreeSequence(seq); });
     }

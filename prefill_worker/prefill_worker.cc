@@ -94,6 +94,11 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
           absl::StrCat("prompt token id ", id, " outside the vocabulary")));
     }
   }
+  if (spec.generated_tokens() < 0 ||
+      spec.generated_tokens() >= spec.prompt_ids_size()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "generated_tokens must be in [0, prompt length)"));
+  }
   if (spec.prompt_ids_size() + spec.stop().max_tokens() >
       engine_->config().max_position_embeddings) {
     return ToGrpcStatus(
@@ -386,9 +391,14 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
         transport::SamplingFromProto(spec.sampling());
     const StopParams stop = transport::StopFromProto(
         spec.stop(), engine_->generation_config().eos_token_ids);
-    SampledToken tok = SampleToken(
-        std::vector<float>(last_logits.begin(), last_logits.end()), sampling,
-        it.prompt, {}, static_cast<int64_t>(it.prompt.size()));
+    // After a migration the prompt's tail is the stream's earlier output,
+    // which the penalties count as output; the position is absolute.
+    const auto prompt = absl::MakeConstSpan(it.prompt);
+    const size_t earlier = static_cast<size_t>(spec.generated_tokens());
+    SampledToken tok =
+        SampleToken(std::vector<float>(last_logits.begin(), last_logits.end()),
+                    sampling, prompt.first(prompt.size() - earlier),
+                    prompt.last(earlier), static_cast<int64_t>(prompt.size()));
     transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
                            resp.mutable_first_token());
     const std::string reason = StopReason(stop, tok.id, 1);

@@ -86,8 +86,9 @@ struct InFlight {
 };
 
 // The sequence a worker runs: the client's prompt followed by the tokens
-// already sent (after a migration), with max_tokens reduced by them. The
-// next token's position (prompt + generated) is then its position in the
+// already sent (after a migration), with max_tokens reduced by them and
+// marked as generated (penalties on output tokens count them). The next
+// token's position (prompt + generated) is then its position in the
 // uninterrupted stream, so position-keyed sampling continues it exactly.
 pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
                           const std::vector<int32_t>& generated) {
@@ -99,15 +100,8 @@ pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
   *spec.mutable_stop() = transport::StopToProto(req.stop);
   spec.mutable_stop()->set_max_tokens(req.stop.max_tokens -
                                       static_cast<int>(generated.size()));
+  spec.set_generated_tokens(static_cast<int32_t>(generated.size()));
   return spec;
-}
-
-// Whether a request whose tokens reached the client can continue elsewhere
-// exactly: presence/frequency penalties count output tokens only, and a
-// worker would see the resumed tokens as prompt.
-bool Resumable(const ResolvedRequest& req) {
-  return req.sampling.presence_penalty == 0.0f &&
-         req.sampling.frequency_penalty == 0.0f;
 }
 
 }  // namespace
@@ -230,24 +224,23 @@ grpc::Status GenerationService::Serve(
     last = colocated ? RunColocated(context, stream, attempt)
                      : RunDisaggregated(context, stream, attempt);
     if (last.ok()) return grpc::Status::OK;
-    if (context->IsCancelled()) {
+    const bool past_deadline =
+        absl::Now() >= absl::FromChrono(context->deadline());
+    if (context->IsCancelled() || past_deadline) {
+      // Also when only a worker call saw the propagated deadline: the
+      // workers stop and free the KV now, not at their lease's end.
       AbortOn(attempt.prefill.get(), attempt.worker_request_id);
       AbortOn(attempt.decode.get(), attempt.worker_request_id);
-      return ToGrpcStatus(absl::CancelledError("client cancelled"));
+      return ToGrpcStatus(past_deadline
+                              ? absl::DeadlineExceededError(absl::StrCat(
+                                    "deadline exceeded: ", last.message()))
+                              : absl::CancelledError("client cancelled"));
     }
     if (!Retryable(last) || attempt.failed == nullptr) break;
     if (stream.sent_any()) {
       // Migration: the tokens sent so far become part of the next attempt's
       // prompt and the client's stream continues where it stopped.
-      if (stream.migrations() >= options_.max_migrations ||
-          !Resumable(stream.request())) {
-        break;
-      }
-      if (absl::Now() >= absl::FromChrono(context->deadline())) {
-        last = absl::DeadlineExceededError(absl::StrCat(
-            "deadline exceeded before migrating: ", last.message()));
-        break;
-      }
+      if (stream.migrations() >= options_.max_migrations) break;
       stream.CountMigration();
       metrics_->CountMigration();
       PDSERVE_LOG_WARNING(

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 namespace pdserve {
 
@@ -19,11 +20,23 @@ struct GenerationScheduler::Request {
   std::vector<int32_t> context;
   int prefilled = 0;  // tokens of `context` whose KV is in the cache
   std::vector<int32_t> output;
+  // What the sampler counts as output: the earlier outputs at the prompt's
+  // tail (req.generated_tokens), then `output`.
+  std::vector<int32_t> sampled_output;
   int32_t next_input = -1;  // sampled token to feed at the next decode step
   bool finished = false;
   int step_tokens = 0;  // tokens planned for the current step
 
   int prompt_len() const { return static_cast<int>(req.prompt_ids.size()); }
+  // The prompt proper, without the earlier outputs at its tail.
+  absl::Span<const int32_t> sampled_prompt() const {
+    return absl::MakeConstSpan(req.prompt_ids)
+        .first(req.prompt_ids.size() - req.generated_tokens);
+  }
+  void AddOutput(int32_t id) {
+    output.push_back(id);
+    sampled_output.push_back(id);
+  }
   bool prefilling() const {
     return prefilled < static_cast<int>(context.size());
   }
@@ -109,6 +122,13 @@ absl::Status GenerationScheduler::ValidateRequest(
         "request needs ", engine_->BlocksFor(total),
         " KV blocks, the whole pool has ", engine_->total_blocks()));
   }
+  if (request->generated_tokens < 0 ||
+      request->generated_tokens >=
+          static_cast<int64_t>(request->prompt_ids.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "generated_tokens must be in [0, prompt length ",
+        request->prompt_ids.size(), "), got ", request->generated_tokens));
+  }
   absl::Status valid = ValidateSamplingParams(request->sampling);
   if (!valid.ok()) return valid;
   if (request->stop.eos_ids.empty()) {
@@ -134,15 +154,22 @@ absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Enqueue(
   return id;
 }
 
+std::unique_ptr<GenerationScheduler::Request> GenerationScheduler::NewRequest(
+    GenerationRequest request, TokenCallback callback) {
+  auto r = std::make_unique<Request>();
+  r->req = std::move(request);
+  r->callback = std::move(callback);
+  r->context = r->req.prompt_ids;
+  r->sampled_output.assign(r->req.prompt_ids.end() - r->req.generated_tokens,
+                           r->req.prompt_ids.end());
+  return r;
+}
+
 absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Submit(
     GenerationRequest request, TokenCallback callback) {
   absl::Status valid = ValidateRequest(&request);
   if (!valid.ok()) return valid;
-  auto r = std::make_unique<Request>();
-  r->req = std::move(request);
-  r->context = r->req.prompt_ids;
-  r->callback = std::move(callback);
-  return Enqueue(std::move(r));
+  return Enqueue(NewRequest(std::move(request), std::move(callback)));
 }
 
 absl::StatusOr<GenerationScheduler::RequestId>
@@ -154,14 +181,11 @@ GenerationScheduler::SubmitWithKv(GenerationRequest request, SeqId seq,
     return absl::InvalidArgumentError(
         absl::StrCat("first token ", first_token, " outside the vocabulary"));
   }
-  auto r = std::make_unique<Request>();
-  r->req = std::move(request);
-  r->callback = std::move(callback);
+  auto r = NewRequest(std::move(request), std::move(callback));
   r->seq = seq;
   r->imported = true;
-  r->context = r->req.prompt_ids;
   r->prefilled = r->prompt_len();
-  r->output.push_back(first_token);
+  r->AddOutput(first_token);
   r->next_input = first_token;
   return Enqueue(std::move(r));
 }
@@ -322,7 +346,7 @@ bool GenerationScheduler::Step() {
       SampledToken t = SampleToken(
           absl::MakeConstSpan(logits_.data() + i * static_cast<size_t>(vocab),
                               vocab),
-          r.req.sampling, r.req.prompt_ids, r.output, position);
+          r.req.sampling, r.sampled_prompt(), r.sampled_output, position);
       const std::string reason =
           StopReason(r.req.stop, t.id, static_cast<int>(r.output.size()) + 1);
       TokenEvent event;
@@ -337,7 +361,7 @@ bool GenerationScheduler::Step() {
         continue;
       }
       event.has_token = true;
-      r.output.push_back(t.id);
+      r.AddOutput(t.id);
       r.next_input = t.id;
       if (!reason.empty()) {
         event.finish_reason = reason;

@@ -37,6 +37,12 @@ struct GenerationRequest {
   // stop.max_tokens is the number of tokens to generate at most; empty
   // stop.eos_ids are filled from the engine's generation config.
   StopParams stop;
+  // How many trailing prompt_ids this stream generated earlier (a request
+  // resumed elsewhere, e.g. after a migration, with its output so far as
+  // prompt): the sampler counts them as output tokens (presence/frequency
+  // penalties), so the continuation equals the uninterrupted stream's.
+  // Positions stay absolute (prompt_ids.size() + tokens generated here).
+  int generated_tokens = 0;
 };
 
 // One event per generated token; the last event has finished = true.
@@ -125,6 +131,9 @@ class GenerationScheduler {
  private:
   struct Request;
   absl::Status ValidateRequest(GenerationRequest* request) const;
+  // A validated request, not yet queued.
+  static std::unique_ptr<Request> NewRequest(GenerationRequest request,
+                                             TokenCallback callback);
   absl::StatusOr<RequestId> Enqueue(std::unique_ptr<Request> request);
   // Delivers the final event, then counts the request as done (WaitIdle).
   void Finish(Request& r, TokenEvent event);

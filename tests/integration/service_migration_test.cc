@@ -1,12 +1,15 @@
 // Migration on decode failure (issue 5): a decode worker killed with SIGKILL
 // mid-stream; the router re-submits prompt + tokens sent so far to another
 // worker pair and the client's stream continues with exactly the tokens an
-// uninterrupted run gives (greedy: the reference; seeded sampling:
-// `pdserve complete`), in disaggregated and colocated mode.
+// uninterrupted run gives (greedy: the reference; seeded sampling, also with
+// presence and frequency penalties, which count the tokens sent before the
+// migration as output: `pdserve complete`), in disaggregated and colocated
+// mode.
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
+#include <map>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -61,19 +64,39 @@ struct SeededCase {
   std::vector<int32_t> expected;
 };
 
-SeededCase Seeded(const ReferenceCase& c, uint64_t seed, int max_tokens) {
+// Optional presence/frequency penalties (0 = off).
+struct Penalties {
+  float presence = 0.0f;
+  float frequency = 0.0f;
+};
+
+SeededCase Seeded(const ReferenceCase& c, uint64_t seed, int max_tokens,
+                  Penalties penalties = {}) {
   SeededCase s;
   s.request = IdsRequest(c.prompt_ids, max_tokens);
   s.request.mutable_sampling()->set_temperature(0.8f);
   s.request.mutable_sampling()->set_top_p(0.9f);
   s.request.mutable_sampling()->set_seed(seed);
   s.request.set_ignore_eos(true);
-  auto out = RunPdserveCapture(
-      {"complete", "--json", "--threads=1",
-       "--prompt_ids=" + absl::StrJoin(c.prompt_ids, ","),
-       absl::StrCat("--max_tokens=", max_tokens), "--temperature=0.8",
-       "--top_p=0.9", absl::StrCat("--seed=", seed), "--ignore_eos"},
-      absl::Seconds(60));
+  std::vector<std::string> args = {
+      "complete",
+      "--json",
+      "--threads=1",
+      "--prompt_ids=" + absl::StrJoin(c.prompt_ids, ","),
+      absl::StrCat("--max_tokens=", max_tokens),
+      "--temperature=0.8",
+      "--top_p=0.9",
+      absl::StrCat("--seed=", seed),
+      "--ignore_eos"};
+  if (penalties.presence != 0.0f) {
+    s.request.mutable_sampling()->set_presence_penalty(penalties.presence);
+    args.push_back(absl::StrCat("--presence_penalty=", penalties.presence));
+  }
+  if (penalties.frequency != 0.0f) {
+    s.request.mutable_sampling()->set_frequency_penalty(penalties.frequency);
+    args.push_back(absl::StrCat("--frequency_penalty=", penalties.frequency));
+  }
+  auto out = RunPdserveCapture(args, absl::Seconds(60));
   EXPECT_TRUE(out.ok()) << out.status();
   if (out.ok()) {
     s.expected = nlohmann::json::parse(*out)
@@ -95,26 +118,40 @@ class MigrationTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
   const auto refs = LoadReferenceCases();
   ASSERT_GE(refs.size(), 3u);
-  // Requests: every greedy reference case and seeded-sampling ones, twice.
+  // Requests: every greedy reference case, seeded-sampling ones and seeded
+  // ones with presence and/or frequency penalties, three times (nine
+  // streams of each kind: some of every kind are on the killed worker).
+  enum Kind { kGreedy, kSeeded, kPenalized };
   std::vector<v1::GenerateRequest> requests;
   std::vector<std::vector<int32_t>> expected;
-  // Order g s s g g s s g ...: however the router spreads them over the
-  // two decode workers, both kinds are likely on each.
-  std::vector<bool> seeded;
-  for (int rep = 0; rep < 2; ++rep) {
+  // The kinds rotate (g s p, s p g, p g s, ...): however the router spreads
+  // them over the two decode workers, every kind is likely on each.
+  std::vector<Kind> kinds;
+  const Penalties penalties[] = {{0.8f, 0.5f}, {0.0f, 1.2f}, {1.0f, 0.0f}};
+  for (int rep = 0; rep < 3; ++rep) {
     for (const ReferenceCase& c : refs) {
       SeededCase s = Seeded(c, 11 + rep, 60);
       ASSERT_FALSE(s.expected.empty());
-      const bool seeded_first = requests.size() % 4 == 2;
-      for (int k = 0; k < 2; ++k) {
-        if ((k == 0) == seeded_first) {
-          requests.push_back(s.request);
-          expected.push_back(s.expected);
-          seeded.push_back(true);
-        } else {
-          requests.push_back(IdsRequest(c.prompt_ids, c.max_new_tokens));
-          expected.push_back(c.output_ids);
-          seeded.push_back(false);
+      SeededCase p = Seeded(c, 21 + rep, 60, penalties[rep]);
+      ASSERT_FALSE(p.expected.empty());
+      const int first = static_cast<int>(requests.size() / 3) % 3;
+      for (int k = 0; k < 3; ++k) {
+        switch (static_cast<Kind>((first + k) % 3)) {
+          case kGreedy:
+            requests.push_back(IdsRequest(c.prompt_ids, c.max_new_tokens));
+            expected.push_back(c.output_ids);
+            kinds.push_back(kGreedy);
+            break;
+          case kSeeded:
+            requests.push_back(s.request);
+            expected.push_back(s.expected);
+            kinds.push_back(kSeeded);
+            break;
+          case kPenalized:
+            requests.push_back(p.request);
+            expected.push_back(p.expected);
+            kinds.push_back(kPenalized);
+            break;
         }
       }
     }
@@ -162,7 +199,8 @@ TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
   }
   join();
 
-  int migrated = 0, migrations = 0, migrated_seeded = 0;
+  int migrated = 0, migrations = 0;
+  std::map<Kind, int> migrated_by_kind;
   for (int i = 0; i < n; ++i) {
     ASSERT_TRUE(out[i].status.ok()) << i << ": " << out[i].status << c.Logs();
     EXPECT_EQ(out[i].output_ids, expected[i]) << "request " << i;
@@ -176,17 +214,22 @@ TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
     EXPECT_EQ(out[i].migrated, out[i].migrations > 0);
     if (out[i].migrated) {
       ++migrated;
-      if (seeded[i]) ++migrated_seeded;
+      ++migrated_by_kind[kinds[i]];
     }
     migrations += out[i].migrations;
   }
-  std::printf("%s: %d of %d streams migrated (%d seeded sampling)\n",
-              GetParam().c_str(), migrated, n, migrated_seeded);
+  std::printf(
+      "%s: %d of %d streams migrated (%d greedy, %d seeded, %d seeded with "
+      "penalties)\n",
+      GetParam().c_str(), migrated, n, migrated_by_kind[kGreedy],
+      migrated_by_kind[kSeeded], migrated_by_kind[kPenalized]);
   EXPECT_GT(migrated, 0) << "no stream was on the killed decode worker";
   EXPECT_LT(migrated, n) << "no stream was on the surviving decode worker";
   EXPECT_EQ(migrations, migrated) << "one kill: one migration per stream";
-  EXPECT_GT(migrated_seeded, 0) << "no seeded stream migrated";
-  EXPECT_GT(migrated - migrated_seeded, 0) << "no greedy stream migrated";
+  EXPECT_GT(migrated_by_kind[kSeeded], 0) << "no seeded stream migrated";
+  EXPECT_GT(migrated_by_kind[kGreedy], 0) << "no greedy stream migrated";
+  EXPECT_GT(migrated_by_kind[kPenalized], 0)
+      << "no stream with presence/frequency penalties migrated";
   EXPECT_EQ(RouterMigrations(c.router_process()), migrations);
   (void)st;
   absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));

@@ -4,8 +4,10 @@
 // (stories260K's reference greedy generations and concurrent seeded
 // requests); the batch-size limit and the KV watermark bound admission; the
 // old full-reservation mode waits instead of preempting; the prefix cache
-// serves a second request sharing a 64-token prefix. After every test, 0 KV
-// blocks are in use (cached-but-unreferenced prefix blocks count as free).
+// serves a second request sharing a 64-token prefix; a request resumed with
+// its earlier outputs as prompt (marked as generated, as after a migration)
+// continues exactly, with presence/frequency penalties. After every test, 0
+// KV blocks are in use (cached-but-unreferenced prefix blocks count as free).
 #include "common/engine/scheduler.h"
 
 #include <algorithm>
@@ -328,6 +330,105 @@ TEST(SchedulerPrefixCache, SharedPrefixComputesOnlyTheRemainder) {
   EXPECT_EQ(second.out.at(0).tokens, want[1]);
   EXPECT_EQ(e->used_blocks(), 0);
   EXPECT_GT(e->stats().prefix.evictable_blocks, 0);
+}
+
+// Seeded or greedy (temperature 0) sampling with presence and frequency
+// penalties, which count output tokens only.
+GenerationRequest Penalized(std::vector<int32_t> prompt, uint64_t seed,
+                            float temperature, int max_tokens) {
+  GenerationRequest g = Seeded(std::move(prompt), seed, max_tokens);
+  g.sampling.temperature = temperature;
+  g.sampling.presence_penalty = 0.7f;
+  g.sampling.frequency_penalty = 0.6f;
+  return g;
+}
+
+// `full` resumed after its first k output tokens, as a migration does: they
+// join the prompt, marked as generated, and max_tokens shrinks by k.
+GenerationRequest Resumed(const GenerationRequest& full,
+                          const std::vector<int32_t>& output, int k) {
+  GenerationRequest r = full;
+  r.prompt_ids.insert(r.prompt_ids.end(), output.begin(), output.begin() + k);
+  r.generated_tokens = k;
+  r.stop.max_tokens -= k;
+  return r;
+}
+
+std::vector<int32_t> Tail(const std::vector<int32_t>& v, int from) {
+  return std::vector<int32_t>(v.begin() + from, v.end());
+}
+
+// A request resumed with prompt P + its first k outputs marked as generated
+// continues exactly like the uninterrupted request with penalties on, both
+// re-prefilled by the scheduler (Submit) and with the resumed prompt's KV
+// computed beforehand and the first token sampled outside, as a prefill
+// worker does (SubmitWithKv). Unmarked, the penalties miss the k tokens.
+TEST(Resume, EarlierOutputsMarkedAsGeneratedContinueExactly) {
+  const std::vector<GenerationRequest> fulls = {
+      Penalized(LoadReferences()[0].prompt_ids, 31, 0.9f, 50),
+      Penalized(RandomTokens(3, 40), 32, 0.0f, 50)};
+  const auto want = Alone(fulls);
+  auto e = MakeEngine({});
+  for (size_t i = 0; i < fulls.size(); ++i) {
+    ASSERT_EQ(want[i].size(), 50u);
+    for (int k : {1, 9, 30}) {
+      const GenerationRequest resumed = Resumed(fulls[i], want[i], k);
+      const Batch b = RunAll(*e, {}, {resumed});
+      EXPECT_TRUE(b.out.at(0).status.ok()) << b.out.at(0).status;
+      EXPECT_EQ(b.out.at(0).tokens, Tail(want[i], k))
+          << "#" << i << " resumed after " << k;
+
+      // The KV of the resumed prompt computed first; its first token
+      // sampled from the last logits with the earlier outputs as output.
+      std::vector<int32_t> tokens;
+      {
+        GenerationScheduler s(e.get(), {});
+        absl::Mutex mu;
+        s.WithEngine([&](Engine& engine) {
+          auto seq = engine.CreateSequence();
+          ASSERT_TRUE(seq.ok()) << seq.status();
+          std::vector<float> logits;
+          const Engine::ForwardItem item{*seq, resumed.prompt_ids, true};
+          ASSERT_TRUE(engine.Forward({item}, &logits).ok());
+          const auto prompt = absl::MakeConstSpan(resumed.prompt_ids);
+          const SampledToken first = SampleToken(
+              logits, resumed.sampling, prompt.first(prompt.size() - k),
+              prompt.last(k), static_cast<int64_t>(prompt.size()));
+          EXPECT_EQ(first.id, want[i][k]) << "#" << i << " first after " << k;
+          auto id = s.SubmitWithKv(resumed, *seq, first.id,
+                                   [&](const TokenEvent& ev) {
+                                     absl::MutexLock lock(&mu);
+                                     if (ev.has_token) {
+                                       tokens.push_back(ev.token_id);
+                                     }
+                                   });
+          ASSERT_TRUE(id.ok()) << id.status();
+        });
+        s.WaitIdle();
+      }
+      EXPECT_EQ(tokens, Tail(want[i], k + 1))
+          << "#" << i << " imported, resumed after " << k;
+    }
+    // Without the marking, presence/frequency penalties do not count the
+    // k tokens and the continuation departs from the uninterrupted one.
+    GenerationRequest unmarked = Resumed(fulls[i], want[i], 30);
+    unmarked.generated_tokens = 0;
+    EXPECT_NE(RunAll(*e, {}, {unmarked}).out.at(0).tokens, Tail(want[i], 30))
+        << "#" << i;
+  }
+  EXPECT_EQ(e->used_blocks(), 0);
+}
+
+TEST(Resume, GeneratedTokensMustLeaveAPrompt) {
+  auto e = MakeEngine({});
+  GenerationScheduler s(e.get(), {});
+  GenerationRequest r = Seeded({1, 2, 3}, 1, 4);
+  r.generated_tokens = 3;
+  EXPECT_EQ(s.Submit(r, [](const TokenEvent&) {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  r.generated_tokens = -1;
+  EXPECT_EQ(s.Submit(r, [](const TokenEvent&) {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ set -euo pipefail
 PDSERVE=${PDSERVE:-build/pdserve}
 MODEL=${MODEL:-synthetic:llama-110m}
 DTYPE=${DTYPE:-f32}
-LENGTHS=${LENGTHS:-"512 2048"}
+LENGTHS=${LENGTHS:-"512 2046"}  # prompt + 2 output tokens <= the 2048 context
 NUM_PROMPTS=${NUM_PROMPTS:-5}
 THREADS=${THREADS:-2}
 KV_CACHE=${KV_CACHE:-1GiB}

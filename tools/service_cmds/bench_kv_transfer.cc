@@ -34,6 +34,7 @@
 #include "common/transport/kv_wire.h"
 #include "common/transport/shm_kv_transport.h"
 #include "common/transport/shm_segment.h"
+#include "common/util/malloc_tuning.h"
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
 #include "tools/subcommand.h"
@@ -243,6 +244,7 @@ absl::StatusOr<KvLayout> BenchLayout() {
 }
 
 int RunBenchKvTransfer(const std::vector<std::string>&) {
+  TuneMallocForLargeBuffers();  // as the prefill and decode workers do
   auto layout = BenchLayout();
   if (!layout.ok()) return Fail(layout.status().ToString());
   const int tokens = absl::GetFlag(FLAGS_kv_bench_tokens);

@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/util/logging.h"
+#include "common/util/malloc_tuning.h"
 #include "common/util/signals.h"
 #include "decode_worker/decode_worker.h"
 #include "tools/common_flags.h"
@@ -30,6 +31,7 @@ namespace pdserve {
 namespace {
 
 int RunDecode(const std::vector<std::string>&) {
+  TuneMallocForLargeBuffers();  // KV chunks: reuse heap pages
   BlockTerminationSignals();
   SetLogRole("decode");
   auto metrics_server = StartMetricsFromFlags();

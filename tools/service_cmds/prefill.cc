@@ -6,6 +6,7 @@
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/shm_kv_transport.h"
 #include "common/util/logging.h"
+#include "common/util/malloc_tuning.h"
 #include "common/util/signals.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tools/common_flags.h"
@@ -37,6 +38,7 @@ namespace pdserve {
 namespace {
 
 int RunPrefill(const std::vector<std::string>&) {
+  TuneMallocForLargeBuffers();  // KV chunks: reuse heap pages
   BlockTerminationSignals();
   SetLogRole("prefill");
   auto metrics_server = StartMetricsFromFlags();
