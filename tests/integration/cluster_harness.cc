@@ -235,6 +235,21 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids,
   return r;
 }
 
+absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
+    const std::vector<int32_t>& ids, const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"complete", "--json", "--threads=1",
+                                   "--prompt_ids=" + absl::StrJoin(ids, ",")};
+  args.insert(args.end(), flags.begin(), flags.end());
+  auto out = RunPdserveCapture(args, absl::Seconds(60));
+  if (!out.ok()) return out.status();
+  auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("output_ids")) {
+    return absl::InternalError("pdserve complete printed no output_ids: " +
+                               *out);
+  }
+  return j.at("output_ids").get<std::vector<int32_t>>();
+}
+
 absl::StatusOr<std::string> RunPdserveCapture(
     const std::vector<std::string>& args, absl::Duration timeout) {
   TempDir dir;

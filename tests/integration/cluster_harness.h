@@ -116,6 +116,12 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens);
 absl::StatusOr<std::string> RunPdserveCapture(
     const std::vector<std::string>& args, absl::Duration timeout);
 
+// The output ids of `pdserve complete --json --threads=1 --prompt_ids=<ids>
+// <flags>`: the in-process engine's answer, the reference for a request sent
+// to a cluster with the same sampling flags.
+absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
+    const std::vector<int32_t>& ids, const std::vector<std::string>& flags);
+
 }  // namespace pdserve::testing
 
 #endif  // PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_

@@ -8,10 +8,6 @@ if(TARGET pdserve_client)
   target_compile_definitions(pdserve_cluster_harness PRIVATE
     PDSERVE_BINARY="$<TARGET_FILE:pdserve>")
   add_dependencies(pdserve_cluster_harness pdserve)
-  foreach(name service_exactness service_failure service_input service_tls service_up)
-    pdserve_add_test(${name}_test
-      SOURCES ${CMAKE_SOURCE_DIR}/tests/integration/${name}_test.cc
-      LIBS pdserve_cluster_harness
-      LABELS integration)
-  endforeach()
 endif()
+pdserve_add_cluster_tests(NAMES service_exactness service_failure
+  service_input service_tls service_up)

@@ -26,16 +26,10 @@ std::vector<int32_t> Tokens(int n, int salt) {
 }
 
 std::vector<int32_t> Complete(const std::vector<int32_t>& ids, int max_tokens) {
-  auto out = RunPdserveCapture(
-      {"complete", "--json", "--threads=1",
-       "--prompt_ids=" + absl::StrJoin(ids, ","),
-       absl::StrCat("--max_tokens=", max_tokens), "--temperature=0"},
-      absl::Seconds(60));
+  auto out = CompleteOutputIds(
+      ids, {absl::StrCat("--max_tokens=", max_tokens), "--temperature=0"});
   EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return {};
-  return nlohmann::json::parse(*out)
-      .at("output_ids")
-      .get<std::vector<int32_t>>();
+  return out.value_or(std::vector<int32_t>());
 }
 
 TEST(AutoModeTest, ShortPromptOnDecodeWorkerLongOnPrefillWorker) {

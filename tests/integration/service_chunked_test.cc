@@ -8,10 +8,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "common/metrics/prometheus_text.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
 
 namespace pdserve::testing {
@@ -34,16 +32,12 @@ v1::GenerateRequest Seeded(const std::vector<int32_t>& ids) {
 
 // The same request on an unchunked engine.
 std::vector<int32_t> Unchunked(const std::vector<int32_t>& ids) {
-  auto out = RunPdserveCapture(
-      {"complete", "--json", "--threads=1", "--prefill_chunk_tokens=0",
-       "--prefix_caching=false", "--prompt_ids=" + absl::StrJoin(ids, ","),
-       "--max_tokens=20", "--temperature=0.9", "--seed=5", "--ignore_eos"},
-      absl::Seconds(60));
+  auto out =
+      CompleteOutputIds(ids, {"--prefill_chunk_tokens=0",
+                              "--prefix_caching=false", "--max_tokens=20",
+                              "--temperature=0.9", "--seed=5", "--ignore_eos"});
   EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return {};
-  return nlohmann::json::parse(*out)
-      .at("output_ids")
-      .get<std::vector<int32_t>>();
+  return out.value_or(std::vector<int32_t>());
 }
 
 class ChunkedPrefill : public ::testing::TestWithParam<int> {};

@@ -13,12 +13,10 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/metrics/prometheus_text.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
 
 namespace pdserve::testing {
@@ -79,15 +77,8 @@ SeededCase Seeded(const ReferenceCase& c, uint64_t seed, int max_tokens,
   s.request.mutable_sampling()->set_seed(seed);
   s.request.set_ignore_eos(true);
   std::vector<std::string> args = {
-      "complete",
-      "--json",
-      "--threads=1",
-      "--prompt_ids=" + absl::StrJoin(c.prompt_ids, ","),
-      absl::StrCat("--max_tokens=", max_tokens),
-      "--temperature=0.8",
-      "--top_p=0.9",
-      absl::StrCat("--seed=", seed),
-      "--ignore_eos"};
+      absl::StrCat("--max_tokens=", max_tokens), "--temperature=0.8",
+      "--top_p=0.9", absl::StrCat("--seed=", seed), "--ignore_eos"};
   if (penalties.presence != 0.0f) {
     s.request.mutable_sampling()->set_presence_penalty(penalties.presence);
     args.push_back(absl::StrCat("--presence_penalty=", penalties.presence));
@@ -96,13 +87,9 @@ SeededCase Seeded(const ReferenceCase& c, uint64_t seed, int max_tokens,
     s.request.mutable_sampling()->set_frequency_penalty(penalties.frequency);
     args.push_back(absl::StrCat("--frequency_penalty=", penalties.frequency));
   }
-  auto out = RunPdserveCapture(args, absl::Seconds(60));
+  auto out = CompleteOutputIds(c.prompt_ids, args);
   EXPECT_TRUE(out.ok()) << out.status();
-  if (out.ok()) {
-    s.expected = nlohmann::json::parse(*out)
-                     .at("output_ids")
-                     .get<std::vector<int32_t>>();
-  }
+  if (out.ok()) s.expected = *std::move(out);
   return s;
 }
 

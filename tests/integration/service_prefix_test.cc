@@ -8,9 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
 
 namespace pdserve::testing {
@@ -33,16 +31,11 @@ v1::GenerateRequest Seeded(const std::vector<int32_t>& ids) {
 
 // The same request on a plain engine (no prefix cache).
 std::vector<int32_t> Reference(const std::vector<int32_t>& ids) {
-  auto out = RunPdserveCapture(
-      {"complete", "--json", "--threads=1", "--prefix_caching=false",
-       "--prompt_ids=" + absl::StrJoin(ids, ","), "--max_tokens=24",
-       "--temperature=0.8", "--top_p=0.9", "--seed=11", "--ignore_eos"},
-      absl::Seconds(60));
+  auto out = CompleteOutputIds(
+      ids, {"--prefix_caching=false", "--max_tokens=24", "--temperature=0.8",
+            "--top_p=0.9", "--seed=11", "--ignore_eos"});
   EXPECT_TRUE(out.ok()) << out.status();
-  if (!out.ok()) return {};
-  return nlohmann::json::parse(*out)
-      .at("output_ids")
-      .get<std::vector<int32_t>>();
+  return out.value_or(std::vector<int32_t>());
 }
 
 struct Counters {

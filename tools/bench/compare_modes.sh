@@ -45,21 +45,10 @@ mkdir -p "$OUT_DIR" "$RESULTS_DIR"
 command -v taskset >/dev/null || { echo "taskset not found (util-linux)" >&2; exit 2; }
 [[ -x $PDSERVE ]] || { echo "$PDSERVE not built" >&2; exit 2; }
 
-UP_PID=""
-cleanup() {
-  if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
-    kill -TERM "$UP_PID" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$UP_PID" 2>/dev/null || true
-  fi
-  UP_PID=""
-}
-trap cleanup EXIT
+# shellcheck source=tools/bench/cluster.sh
+source "$(dirname "$0")/cluster.sh"
+trap up_stop EXIT
 trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # start_cluster MODE -> sets UP_PID and TARGET, pins the two workers.
 start_cluster() {
@@ -69,15 +58,8 @@ start_cluster() {
   if [[ $mode == disaggregated ]]; then workers=(--prefill=1 --decode=1);
   else workers=(--prefill=0 --decode=2); fi
   # shellcheck disable=SC2086  # UP_ARGS is a list of flags
-  "$PDSERVE" up --model="$MODEL" --port="$port" --mode="$mode" --threads=1 \
-    --kv_cache_memory="$KV_CACHE" "${workers[@]}" $UP_ARGS >"$log.out" 2>"$log.err" &
-  UP_PID=$!
-  for _ in $(seq 600); do
-    grep -q "up: ready" "$log.out" 2>/dev/null && break
-    kill -0 "$UP_PID" 2>/dev/null || { cat "$log.err" >&2; echo "pdserve up ($mode) failed" >&2; exit 1; }
-    sleep 0.5
-  done
-  grep -q "up: ready" "$log.out" || { echo "pdserve up ($mode) not ready" >&2; exit 1; }
+  up_start "$log" --model="$MODEL" --port="$port" --mode="$mode" --threads=1 \
+    --kv_cache_memory="$KV_CACHE" "${workers[@]}" $UP_ARGS
   TARGET=127.0.0.1:$port
   # Worker lines: "pdserve up:   decode0   127.0.0.1:41601 (pid 10302) ...".
   mapfile -t pids < <(sed -n 's/^pdserve up: *\(prefill\|decode\)[0-9][0-9]* .*pid \([0-9][0-9]*\).*/\2/p' "$log.out")
@@ -109,7 +91,7 @@ for mode in colocated disaggregated; do
       --run_label="$mode" --json_out="$RESULTS_DIR/sweep-$mode.json" \
       --plot="$RESULTS_DIR/sweep-$mode.svg"
   fi
-  cleanup
+  up_stop
 done
 
 echo

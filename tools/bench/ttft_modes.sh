@@ -31,21 +31,10 @@ RESULTS_DIR=${RESULTS_DIR:-$(mktemp -d /tmp/pdserve-ttft-XXXXXX)}
 [[ -x $PDSERVE ]] || { echo "$PDSERVE not built" >&2; exit 2; }
 mkdir -p "$RESULTS_DIR"
 
-UP_PID=""
-cleanup() {
-  if [[ -n $UP_PID ]] && kill -0 "$UP_PID" 2>/dev/null; then
-    kill -TERM "$UP_PID" 2>/dev/null || true
-    for _ in $(seq 100); do kill -0 "$UP_PID" 2>/dev/null || break; sleep 0.2; done
-    kill -KILL "$UP_PID" 2>/dev/null || true
-  fi
-  UP_PID=""
-}
-trap cleanup EXIT
+# shellcheck source=tools/bench/cluster.sh
+source "$(dirname "$0")/cluster.sh"
+trap up_stop EXIT
 trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # start_cluster MODE -> sets UP_PID and TARGET.
 start_cluster() {
@@ -55,16 +44,9 @@ start_cluster() {
   if [[ $mode == disaggregated ]]; then workers=(--prefill=1 --decode=1);
   else workers=(--prefill=0 --decode=1); fi
   # shellcheck disable=SC2086  # UP_ARGS is a list of flags
-  "$PDSERVE" up --model="$MODEL" --dtype="$DTYPE" --port="$port" --mode="$mode" \
+  up_start "$log" --model="$MODEL" --dtype="$DTYPE" --port="$port" --mode="$mode" \
     --threads="$THREADS" --kv_cache_memory="$KV_CACHE" --prefix_caching=false \
-    "${workers[@]}" $UP_ARGS >"$log.out" 2>"$log.err" &
-  UP_PID=$!
-  for _ in $(seq 600); do
-    grep -q "up: ready" "$log.out" 2>/dev/null && break
-    kill -0 "$UP_PID" 2>/dev/null || { cat "$log.err" >&2; echo "pdserve up ($mode) failed" >&2; exit 1; }
-    sleep 0.5
-  done
-  grep -q "up: ready" "$log.out" || { echo "pdserve up ($mode) not ready" >&2; exit 1; }
+    "${workers[@]}" $UP_ARGS
   TARGET=127.0.0.1:$port
 }
 
@@ -94,7 +76,7 @@ for len in $LENGTHS; do
     TTFT[$mode-$len]=$ttft
     TAIL[$mode-$len]=$tail
     echo "== $len-token prompts, $mode: TTFT median ${ttft} ms" >&2
-    cleanup
+    up_stop
   done
 done
 
