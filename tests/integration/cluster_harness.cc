@@ -96,8 +96,13 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     c->prefill_.push_back(*std::move(p));
   }
   for (int i = 0; i < options.decode; ++i) {
-    auto d = StartRole({"decode", flags(options.decode_flags)},
-                       absl::StrCat("decode", i), c->dir_.path());
+    std::vector<std::string> own = options.decode_flags;
+    if (auto it = options.decode_flags_of.find(i);
+        it != options.decode_flags_of.end()) {
+      own.insert(own.end(), it->second.begin(), it->second.end());
+    }
+    auto d = StartRole({"decode", flags(own)}, absl::StrCat("decode", i),
+                       c->dir_.path());
     if (!d.ok()) return d.status();
     c->decode_.push_back(*std::move(d));
   }

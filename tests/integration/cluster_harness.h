@@ -7,6 +7,7 @@
 #ifndef PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
 #define PDSERVE_TESTS_INTEGRATION_CLUSTER_HARNESS_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,7 +66,10 @@ struct ClusterOptions {
   std::vector<std::string> common_flags;               // every process
   std::vector<std::string> prefill_flags;              // every prefill worker
   std::vector<std::string> decode_flags;               // every decode worker
-  std::vector<std::string> router_flags;               // every router
+  // Extra flags of decode worker i (after decode_flags), for clusters whose
+  // workers differ.
+  std::map<int, std::vector<std::string>> decode_flags_of;
+  std::vector<std::string> router_flags;  // every router
   // Credentials the harness uses for the routers' public port and for
   // internal status calls (TLS tests); insecure by default.
   std::shared_ptr<grpc::ChannelCredentials> router_creds;

@@ -1,6 +1,7 @@
 // Failure handling with real processes: a decode or prefill worker killed
 // with SIGKILL mid-request, a corrupted KV push, a push that stops halfway
-// (lease expiry) and KV from a different model.
+// (lease expiry), KV from a different model, and a decode worker too full
+// for a request (the router retries another).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -12,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/metrics/prometheus_text.h"
 #include "common/util/net.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
@@ -244,6 +246,69 @@ TEST(FailureTest, KvFromADifferentModelIsRefused) {
     absl::Status s = c.WaitForNoKvInUse(absl::Seconds(10));
     EXPECT_TRUE(s.ok()) << s;
   }
+}
+
+TEST(FailureTest, FullDecodeWorkerRefusesAndAnotherOneServes) {
+  // decode0's KV pool holds 2 blocks (32 tokens); every reference request
+  // needs prompt + max_tokens > 32. While a long (slowed) stream runs on
+  // decode1, the router sees decode0 as the less loaded worker and tries it
+  // first: the push is refused for room, and the router retries on decode1.
+  ClusterOptions o;
+  o.decode = 2;
+  o.decode_flags_of[0] = {"--kv_cache_memory=40KiB"};
+  o.decode_flags_of[1] = {"--testonly_stream_delay_ms=20"};
+  o.common_flags = {"--metrics_port=-1"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  auto d0 = c.Status(c.decode(0));
+  ASSERT_TRUE(d0.ok()) << d0.status();
+  ASSERT_EQ(d0->total_kv_blocks(), 2) << "the test needs a 2-block pool";
+  const auto cases = LoadReferenceCases();
+
+  // The long stream (it fits only decode1, wherever the router tries first).
+  v1::GenerateRequest long_req = IdsRequest(cases[0].prompt_ids, 400);
+  long_req.set_ignore_eos(true);
+  std::atomic<int> long_tokens{0};
+  Outcome long_out;
+  std::thread long_thread(
+      [&] { long_out = StreamOnce(c.router(), long_req, &long_tokens); });
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (long_tokens.load() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GT(long_tokens.load(), 0) << c.Logs();
+  const double retries_before = [&] {
+    auto m =
+        metrics::ScrapeMetrics("127.0.0.1", c.router_process().metrics_port);
+    return m.ok() ? m->Get("pdserve_request_retries_total").value_or(0) : -1;
+  }();
+
+  // One at a time, so that decode0 is always the less loaded worker.
+  for (size_t i = 0; i < cases.size(); ++i) {
+    Outcome out = StreamOnce(
+        c.router(), IdsRequest(cases[i].prompt_ids, cases[i].max_new_tokens),
+        nullptr);
+    ASSERT_TRUE(out.status.ok()) << out.status << c.Logs();
+    EXPECT_EQ(out.output_ids, cases[i].output_ids) << "case " << i;
+  }
+  EXPECT_LT(long_tokens.load(), 400) << "the long stream ended too early";
+  long_thread.join();
+  ASSERT_TRUE(long_out.status.ok()) << long_out.status;
+  EXPECT_EQ(long_out.output_ids.size(), 400u);
+
+  auto router =
+      metrics::ScrapeMetrics("127.0.0.1", c.router_process().metrics_port);
+  ASSERT_TRUE(router.ok()) << router.status();
+  EXPECT_GE(
+      router->Get("pdserve_request_retries_total").value_or(0) - retries_before,
+      static_cast<double>(cases.size()))
+      << "every request should have been refused by decode0 first";
+  auto d1 = c.Status(c.decode(1));
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_EQ(d1->requests_completed(), static_cast<int64_t>(cases.size()) + 1);
+  absl::Status s = c.WaitForNoKvInUse(absl::Seconds(10));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST(FailureTest, SigtermDrainsInFlightStreams) {
