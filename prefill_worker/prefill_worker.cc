@@ -158,6 +158,7 @@ struct PrefillWorker::Item {
   PushPipeline* push = nullptr;
   double queue_seconds = 0;
   absl::Time start;
+  bool finished = false;  // answered by FinishItem
   int remaining() const {
     return static_cast<int>(prompt.size()) - done_tokens;
   }
@@ -188,11 +189,11 @@ void PrefillWorker::ComputeLoop() {
         queue_.clear();
         for (Item& it : active) {
           it.push->Cancel();
+          engine_->FreeSequence(it.seq);
           it.job->status =
               absl::UnavailableError("prefill worker shutting down");
           it.job->done = true;
         }
-        for (Item& it : active) engine_->FreeSequence(it.seq);
         return;
       }
       // Queued prompts join between passes while this pass's token budget
@@ -296,16 +297,10 @@ std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
 }
 
 void PrefillWorker::DropCancelled(std::vector<Item>& active) {
-  std::vector<Item> kept;
-  for (Item& it : active) {
-    bool cancelled;
+  std::erase_if(active, [this](Item& it) {
     {
       absl::MutexLock lock(&mu_);
-      cancelled = it.job->cancelled;
-    }
-    if (!cancelled) {
-      kept.push_back(std::move(it));
-      continue;
+      if (!it.job->cancelled) return false;
     }
     // The caller is gone (or the router aborted): stop computing for it.
     it.push->Cancel();
@@ -313,8 +308,8 @@ void PrefillWorker::DropCancelled(std::vector<Item>& active) {
     absl::MutexLock lock(&mu_);
     it.job->status = absl::CancelledError("prefill cancelled");
     it.job->done = true;
-  }
-  active = std::move(kept);
+    return true;
+  });
 }
 
 void PrefillWorker::RunPass(std::vector<Item>& active) {
@@ -353,13 +348,10 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
     status = engine_->Forward(fwd, &logits, on_layer_done);
   }
   const int vocab = engine_->config().vocab_size;
-  std::vector<bool> finished(active.size(), false);
   for (size_t k = 0; k < ranges.size(); ++k) {
-    const size_t i = ranges[k].first;
-    Item& it = active[i];
+    Item& it = active[ranges[k].first];
     if (!status.ok()) {
       FinishItem(it, status, {});
-      finished[i] = true;
       continue;
     }
     it.done_tokens = ranges[k].second.second;
@@ -367,14 +359,9 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
     if (fwd[k].want_logits) {
       FinishItem(it, status,
                  absl::MakeConstSpan(logits).subspan(k * vocab, vocab));
-      finished[i] = true;
     }
   }
-  std::vector<Item> kept;
-  for (size_t i = 0; i < active.size(); ++i) {
-    if (!finished[i]) kept.push_back(std::move(active[i]));
-  }
-  active = std::move(kept);
+  std::erase_if(active, [](const Item& it) { return it.finished; });
   free_blocks_ = engine_->free_blocks();
   total_blocks_ = engine_->total_blocks();
   prefix_cached_blocks_ = engine_->stats().prefix.cached_blocks;
@@ -383,6 +370,7 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
 
 void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
                                absl::Span<const float> last_logits) {
+  it.finished = true;
   engine_->FreeSequence(it.seq);  // the KV left in the pushed chunks
   const pb::SequenceSpec& spec = it.job->request.seq();
   pb::PrefillResponse resp;

@@ -90,6 +90,13 @@ struct InFlight {
 // marked as generated (penalties on output tokens count them). The next
 // token's position (prompt + generated) is then its position in the
 // uninterrupted stream, so position-keyed sampling continues it exactly.
+// A worker's reported prefill cost fit and queue, for the auto-mode policy.
+PrefillCostInputs PrefillCostOf(const pb::WorkerStatusResponse& st) {
+  return PrefillCostInputs{st.prefill_tokens_per_second(),
+                           st.prefill_overhead_seconds(),
+                           st.queued_prefill_tokens()};
+}
+
 pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
                           const std::vector<int32_t>& generated) {
   pb::SequenceSpec spec;
@@ -254,18 +261,11 @@ grpc::Status GenerationService::Serve(
                           request_id, attempt_no + 1, attempt.failed->address,
                           last.ToString());
     }
-    if (attempt.failed == attempt.prefill.get()) {
-      exclude_p.insert(attempt.failed->address);
-      if (absl::IsUnavailable(last)) {
-        prefill_->ReportFailure(attempt.failed->address,
-                                std::string(last.message()));
-      }
-    } else {
-      exclude_d.insert(attempt.failed->address);
-      if (absl::IsUnavailable(last)) {
-        decode_->ReportFailure(attempt.failed->address,
-                               std::string(last.message()));
-      }
+    const bool prefill_failed = attempt.failed == attempt.prefill.get();
+    (prefill_failed ? exclude_p : exclude_d).insert(attempt.failed->address);
+    if (absl::IsUnavailable(last)) {
+      (prefill_failed ? prefill_ : decode_)
+          ->ReportFailure(attempt.failed->address, std::string(last.message()));
     }
   }
   return ToGrpcStatus(last);
@@ -287,18 +287,13 @@ absl::Status GenerationService::ChoosePrefill(
   in.handoff_seconds = handoff_seconds_.Get();
   if (p.ok()) {
     absl::MutexLock lock(&(*p)->mu);
-    const pb::WorkerStatusResponse& st = (*p)->status;
-    in.prefill = PrefillCostInputs{st.prefill_tokens_per_second(),
-                                   st.prefill_overhead_seconds(),
-                                   st.queued_prefill_tokens()};
+    in.prefill = PrefillCostOf((*p)->status);
   }
   {
     WorkerEndpoint& d = *a.decode;
     absl::MutexLock lock(&d.mu);
     const pb::WorkerStatusResponse& st = d.status;
-    in.decode = PrefillCostInputs{st.prefill_tokens_per_second(),
-                                  st.prefill_overhead_seconds(),
-                                  st.queued_prefill_tokens()};
+    in.decode = PrefillCostOf(st);
     // The router's own count is fresher than the last status poll.
     in.decode_running = std::max(st.running(), d.in_flight.load());
     in.kv_receive_bytes_per_second = st.kv_receive_bytes_per_second();
