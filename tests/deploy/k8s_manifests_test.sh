@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Fast deployment test (CTest label `deploy`): renders every kustomize target
-# under deploy/k8s with `kubectl kustomize`, validates every rendered object
+# under deploy/k8s with `kubectl kustomize` (the kubectl on PATH and, where
+# that is not Debian 12's kubectl 1.20 with kustomize 2.0.3, also Debian's,
+# kept by scripts/install_deps.sh: both must render the same objects, see
+# docs/deploy.md), validates every rendered object
 # offline (tests/deploy/schema/validate.js: kubernetes-models schemas plus
 # cross-object consistency), proves that the validator rejects broken
 # manifests (negative controls), and checks that every flag in the flags
@@ -36,15 +39,42 @@ fail() {
   failures=$((failures + 1))
 }
 
-# 1. Render every target.
+# 1. Render every target with every kustomize at hand; the first one's render
+#    is validated below, the others must hold the same objects.
+# kubectl 1.20 prints no "Kustomize Version" line: its kustomize is 2.0.3.
+kustomize_version() {
+  "$1" version --client 2>/dev/null | sed -n 's/^Kustomize Version: //p' | grep . || echo "v2.0.3"
+}
+RENDERERS=("$(command -v kubectl)")
+DEBIAN_KUBECTL=${PDSERVE_DEBIAN_KUBECTL:-/var/cache/pdserve/kubernetes-client/usr/bin/kubectl}
+if [ "$(kustomize_version kubectl)" != "v2.0.3" ]; then
+  if [ -x "$DEBIAN_KUBECTL" ]; then
+    RENDERERS+=("$DEBIAN_KUBECTL")
+  else
+    fail "Debian 12's kubectl 1.20 (kustomize 2.0.3) is not at $DEBIAN_KUBECTL:" \
+         "run scripts/install_deps.sh, which keeps it there when kubectl is another version"
+  fi
+fi
+for r in "${RENDERERS[@]}"; do echo "renderer: $r (kustomize $(kustomize_version "$r"))"; done
+if [ "${#RENDERERS[@]}" -eq 1 ]; then
+  echo "only one kustomize here: the cross-version comparison runs where a current kubectl is installed too"
+fi
 TARGETS=(base overlays/cpu overlays/gpu overlays/podman-test
          examples/cpu-model-pvc examples/gpu-model-image-volume
          addons/prometheus-adapter)
 for t in "${TARGETS[@]}"; do
   out="$OUT/$(echo "$t" | tr / _).yaml"
-  if ! kubectl kustomize "$K8S/$t" >"$out" 2>"$OUT/err"; then
-    fail "kubectl kustomize $t: $(cat "$OUT/err")"
-  fi
+  for i in "${!RENDERERS[@]}"; do
+    render="$out"
+    [ "$i" -eq 0 ] || render="$OUT/alt$i-$(basename "$out")"
+    if ! "${RENDERERS[$i]}" kustomize "$K8S/$t" >"$render" 2>"$OUT/err"; then
+      fail "${RENDERERS[$i]} kustomize $t: $(cat "$OUT/err")"
+    elif [ "$i" -gt 0 ] && [ -s "$out" ]; then
+      node "$SCHEMA/same_objects.js" "$out" "$render" >"$OUT/same" 2>&1 ||
+        fail "$t: ${RENDERERS[0]} and ${RENDERERS[$i]} render different objects: $(cat "$OUT/same")"
+      echo "$t: $(cat "$OUT/same") from kustomize $(kustomize_version "${RENDERERS[0]}") and $(kustomize_version "${RENDERERS[$i]}")"
+    fi
+  done
 done
 ADAPTER="$OUT/addons_prometheus-adapter.yaml"
 VALIDATE=(node "$SCHEMA/validate.js" "--adapter=$ADAPTER"
@@ -82,6 +112,19 @@ negative "router resolves a Service that does not exist" 's#dns:///pdserve-prefi
 negative "HPA metric without an adapter rule" 's/name: pdserve_prefill_queue_depth/name: pdserve_prefill_queue_len/'
 negative "Deployment selector does not match its pods" '0,/^      app.kubernetes.io\/component: decode$/s//      app.kubernetes.io\/component: decoder/'
 negative "Service targets a port name no pod has" '0,/targetPort: grpc$/s//targetPort: grpc-public/'
+negative "one Deployment's shared pod settings drifted" '0,/runAsUser: 10001/s//runAsUser: 10002/'
+# The cross-version comparison sees a changed field, and ignores only the
+# generated name's hash.
+sed '0,/sizeLimit: 256Mi/s//sizeLimit: 512Mi/' "$CPU" >"$OUT/changed.yaml"
+if node "$SCHEMA/same_objects.js" "$CPU" "$OUT/changed.yaml" >/dev/null 2>&1; then
+  fail "negative control: same_objects.js accepted a changed sizeLimit"
+else
+  echo "negative control rejected as expected: same_objects.js sees a changed sizeLimit"
+fi
+sed 's/pdserve-flags-[a-z0-9]\{10\}$/pdserve-flags-abcde12345/' "$CPU" >"$OUT/rehashed.yaml"
+cmp -s "$CPU" "$OUT/rehashed.yaml" && fail "control: the ConfigMap hash edit changed nothing"
+node "$SCHEMA/same_objects.js" "$CPU" "$OUT/rehashed.yaml" >/dev/null ||
+  fail "control: same_objects.js must ignore only the generated ConfigMap hash"
 
 # 4. Every flag in the ConfigMaps exists in the binary (absl rejects an unknown
 #    flag in a --flagfile, and Kubernetes would crash-loop the pod).

@@ -13,7 +13,9 @@
 //     the router's dns:/// workers are headless Services of this render,
 //     terminationGracePeriodSeconds exceeds --drain_timeout_seconds, HPA pod
 //     metrics are served by the Prometheus adapter rules and come from metrics
-//     pdserve defines.
+//     pdserve defines, and every pdserve Deployment has the same shared pod
+//     settings (base/workloads/pod-common.yaml patches each one by name, so
+//     the copies must not drift).
 // usage: node validate.js [--adapter=RENDERED_ADAPTER.yaml]
 //                         [--metric_defs=common/metrics/metric_defs.cc]
 //                         [--dump_flagfiles=DIR] [--podman] RENDERED.yaml
@@ -157,9 +159,38 @@ function containerFlags(pod, container, configMaps, where) {
   return flags;
 }
 
+// What base/workloads/pod-common.yaml gives every pdserve pod (podman renders
+// rename the volumes per role, so volume names are left out there).
+function sharedPodSettings(d, podman) {
+  const pod = d.spec.template.spec;
+  const c = pod.containers[0] || {};
+  const strip = (v) => (podman ? Object.fromEntries(Object.entries(v).filter(([k]) => k !== "name")) : v);
+  return {
+    automountServiceAccountToken: pod.automountServiceAccountToken,
+    enableServiceLinks: pod.enableServiceLinks,
+    securityContext: pod.securityContext,
+    initContainers: (pod.initContainers || []).map((i) => ({name: i.name, command: i.command,
+                                                             securityContext: i.securityContext})),
+    volumes: (pod.volumes || []).map(strip),
+    containerSecurityContext: c.securityContext,
+    volumeMounts: (c.volumeMounts || []).map((m) => m.mountPath),
+  };
+}
+
 function checkConsistency(docs, opts) {
   const byKind = (k) => docs.filter((d) => d.kind === k);
   const deployments = byKind("Deployment");
+  const pdserveDeployments = deployments.filter((d) => (d.metadata.labels || {})["app.kubernetes.io/name"] === "pdserve");
+  for (const d of pdserveDeployments.slice(1)) {
+    const first = sharedPodSettings(pdserveDeployments[0], opts.podman);
+    const mine = sharedPodSettings(d, opts.podman);
+    for (const key of Object.keys(first)) {
+      if (JSON.stringify(mine[key]) !== JSON.stringify(first[key])) {
+        fail(id(d), `shared pod setting ${key} differs from ${id(pdserveDeployments[0])}'s: ` +
+                    `${JSON.stringify(mine[key])} vs ${JSON.stringify(first[key])}`);
+      }
+    }
+  }
   const services = byKind("Service");
   const configMaps = new Map(byKind("ConfigMap").map((c) => [c.metadata.name, c]));
   const pvcs = new Set(byKind("PersistentVolumeClaim").map((c) => c.metadata.name));
