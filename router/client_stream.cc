@@ -6,11 +6,10 @@
 
 namespace pdserve {
 
-ClientStream::ClientStream(grpc::ServerWriter<v1::GenerateResponse>* writer,
-                           std::string request_id, ResolvedRequest req,
-                           const Tokenizer* tokenizer, absl::Time arrival,
-                           metrics::RouterMetrics* metrics)
-    : writer_(writer),
+ClientStream::ClientStream(ResponseSink* sink, std::string request_id,
+                           ResolvedRequest req, const Tokenizer* tokenizer,
+                           absl::Time arrival, metrics::RouterMetrics* metrics)
+    : sink_(sink),
       request_id_(std::move(request_id)),
       req_(std::move(req)),
       matcher_(req_.stop_strings),
@@ -39,7 +38,7 @@ bool ClientStream::Send(
   }
   msg.set_text(std::move(text));
   sent_any_ = true;
-  if (!writer_->Write(msg)) return false;
+  if (!sink_->Write(msg)) return false;
   const absl::Time now = absl::Now();
   std::optional<double> gap;
   if (last_send_.has_value()) {
@@ -74,7 +73,7 @@ bool ClientStream::Finish(const std::string& finish_reason,
   final_timings_ = std::move(timings);
   for (int32_t id : req_.prompt_ids) msg.add_prompt_ids(id);
   sent_any_ = true;
-  return writer_->Write(msg);
+  return sink_->Write(msg);
 }
 
 }  // namespace pdserve

@@ -10,23 +10,23 @@
 #include "absl/time/time.h"
 #include "common/metrics/router_metrics.h"
 #include "common/tokenizer/tokenizer.h"
-#include "grpcpp/support/sync_stream.h"
 #include "pdserve/v1/generate.pb.h"
 #include "router/request_builder.h"
+#include "router/response_sink.h"
 #include "router/stop_matcher.h"
 
 namespace pdserve {
 
 namespace v1 = ::pdserve::v1;
 
-// The client side of one Generate call: detokenizes, applies stop strings,
-// writes messages and records the token metrics (TTFT, inter-token gaps,
-// generated tokens). It outlives the attempts of a request, so a migrated
-// stream continues seamlessly. Used by the handler thread only.
+// The client side of one request: detokenizes, applies stop strings, writes
+// messages to the request's ResponseSink and records the token metrics (TTFT,
+// inter-token gaps, generated tokens). It outlives the attempts of a request,
+// so a migrated stream continues seamlessly. Not thread-safe: used by the
+// request's actor (router/request_run.h) only.
 class ClientStream {
  public:
-  ClientStream(grpc::ServerWriter<v1::GenerateResponse>* writer,
-               std::string request_id, ResolvedRequest req,
+  ClientStream(ResponseSink* sink, std::string request_id, ResolvedRequest req,
                const Tokenizer* tokenizer, absl::Time arrival,
                metrics::RouterMetrics* metrics);
 
@@ -55,7 +55,7 @@ class ClientStream {
   const ResolvedRequest& request() const { return req_; }
 
  private:
-  grpc::ServerWriter<v1::GenerateResponse>* const writer_;
+  ResponseSink* const sink_;
   const std::string request_id_;
   const ResolvedRequest req_;
   std::optional<IncrementalDetokenizer> detok_;

@@ -20,7 +20,7 @@
 #include "common/metrics/stage_timings.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "router/generation_service.h"
+#include "router/generation_core.h"
 #include "tests/integration/cluster_harness.h"
 
 namespace pdserve::testing {

@@ -37,8 +37,14 @@ ABSL_FLAG(double, prefix_routing_max_extra_load, 2.0,
           "router: leave the prefix's prefill worker when its queue exceeds "
           "the least loaded one's by more than this");
 ABSL_FLAG(int32_t, max_in_flight, 1024,
-          "router: requests in flight at most; beyond, RESOURCE_EXHAUSTED "
-          "with a retry-after-ms hint (0 = unbounded)");
+          "router: requests running at most (0 = unbounded); beyond, a "
+          "request waits in the admission queue");
+ABSL_FLAG(int32_t, admission_queue, 4096,
+          "router: requests waiting for admission at most; beyond, "
+          "RESOURCE_EXHAUSTED with a retry-after-ms hint");
+ABSL_FLAG(absl::Duration, admission_timeout, absl::Seconds(30),
+          "router: longest wait for admission (never past the request's own "
+          "deadline) before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, retry_after_ms, 100,
           "router: the retry-after-ms hint sent with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_attempts, 3,
@@ -74,6 +80,8 @@ int RunRouter(const std::vector<std::string>&) {
   options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
   options.max_migrations = std::max(0, absl::GetFlag(FLAGS_max_migrations));
   options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
+  options.admission_queue = std::max(0, absl::GetFlag(FLAGS_admission_queue));
+  options.admission_timeout = absl::GetFlag(FLAGS_admission_timeout);
   options.retry_after_ms = absl::GetFlag(FLAGS_retry_after_ms);
   options.prefix_routing_blocks = absl::GetFlag(FLAGS_prefix_routing_blocks);
   options.kv_block_size = absl::GetFlag(FLAGS_block_size);
@@ -122,8 +130,9 @@ int RunRouter(const std::vector<std::string>&) {
   popts.kind = PoolKind::kDecode;
   popts.targets = absl::GetFlag(FLAGS_decode_workers);
   WorkerPool decode(popts);
-  GenerationService service(options, *model, std::move(tokenizer), &prefill,
-                            &decode, &router_metrics);
+  GenerationCore core(options, *model, std::move(tokenizer), &prefill,
+                      &decode, &router_metrics);
+  GenerationService service(&core);
 
   TlsFiles public_tls;
   public_tls.cert = absl::GetFlag(FLAGS_tls_cert);
@@ -140,10 +149,10 @@ int RunRouter(const std::vector<std::string>&) {
   so.services = {&service};
   auto server = StartServer(so);
   if (!server.ok()) return FailWith("router", server.status());
-  GenerationService* s = &service;
+  GenerationCore* c = &core;
   const int rc = ServeUntilTerminated(
       *server->server, server->port, "router",
-      {[s] { s->StartDraining(); }, [s] { return s->in_flight(); }});
+      {[c] { c->StartDraining(); }, [c] { return c->in_flight(); }});
   ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;
 }

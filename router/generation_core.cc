@@ -1,0 +1,319 @@
+#include "router/generation_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "google/protobuf/descriptor.h"
+
+namespace pdserve {
+
+namespace v1 = ::pdserve::v1;
+
+absl::StatusOr<RouterMode> ParseRouterMode(const std::string& s) {
+  if (s == "disaggregated") return RouterMode::kDisaggregated;
+  if (s == "colocated") return RouterMode::kColocated;
+  if (s == "auto") return RouterMode::kAuto;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown --mode '", s, "' (disaggregated, colocated or auto)"));
+}
+
+const char* RouterModeName(RouterMode mode) {
+  switch (mode) {
+    case RouterMode::kDisaggregated:
+      return "disaggregated";
+    case RouterMode::kColocated:
+      return "colocated";
+    case RouterMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
+
+metrics::StageTimings StageTimingsFromProto(const v1::StageTimings& t) {
+  metrics::StageTimings out;
+  const auto* desc = t.GetDescriptor();
+  const auto* refl = t.GetReflection();
+  for (int i = 0; i < desc->field_count(); ++i) {
+    const auto* f = desc->field(i);
+    if (f->cpp_type() != google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE ||
+        !refl->HasField(t, f)) {
+      continue;
+    }
+    if (auto stage = metrics::StageFromName(f->name())) {
+      out.Set(*stage, refl->GetDouble(t, f));
+    }
+  }
+  return out;
+}
+
+void RequestHandle::Cancel() {
+  std::shared_ptr<RequestRun> run;
+  GenerationCore* waiting_in = nullptr;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    run = run_;
+    waiting_in = waiting_in_;
+  }
+  if (waiting_in != nullptr && waiting_in->CancelWaiting(this)) return;
+  if (run != nullptr) run->Cancel();
+}
+
+GenerationCore::GenerationCore(RouterOptions options, RouterModelInfo model,
+                               std::unique_ptr<Tokenizer> tokenizer,
+                               WorkerPool* prefill, WorkerPool* decode,
+                               metrics::RouterMetrics* metrics)
+    : options_(std::move(options)),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      prefill_(prefill),
+      decode_(decode),
+      metrics_(metrics) {
+  env_.options = &options_;
+  env_.tokenizer = tokenizer_.get();
+  env_.prefill = prefill_;
+  env_.decode = decode_;
+  env_.metrics = metrics_;
+  env_.handoff_seconds = &handoff_seconds_;
+  admission_timer_ = std::thread([this] { AdmissionTimerLoop(); });
+}
+
+GenerationCore::~GenerationCore() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  admission_timer_.join();
+}
+
+int GenerationCore::in_flight() const {
+  absl::MutexLock lock(&mu_);
+  return running_ + static_cast<int>(waiting_.size());
+}
+
+void GenerationCore::EndUnrun(ResponseSink& sink, absl::Time arrival,
+                              const RequestEnd& end) {
+  sink.Finish(end);
+  metrics::RequestSummary summary;
+  summary.code = end.status.code();
+  summary.e2e_seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
+  metrics_->RequestFinished(summary);
+}
+
+std::shared_ptr<RequestHandle> GenerationCore::Generate(
+    const v1::GenerateRequest& request, absl::Time deadline,
+    std::shared_ptr<ResponseSink> sink) {
+  const absl::Time arrival = absl::Now();
+  metrics_->RequestStarted();
+  auto handle = std::make_shared<RequestHandle>();
+  RequestEnd refused;
+  if (draining_.load()) {
+    refused.status = absl::UnavailableError("router is draining");
+    EndUnrun(*sink, arrival, refused);
+    return handle;
+  }
+  auto resolved =
+      ResolveRequest(request, tokenizer_.get(), model_, options_.limits);
+  if (!resolved.ok()) {
+    refused.status = resolved.status();
+    EndUnrun(*sink, arrival, refused);
+    return handle;
+  }
+  std::string request_id =
+      request.request_id().empty()
+          ? absl::StrCat("req-", absl::ToUnixMicros(arrival), "-",
+                         next_id_.fetch_add(1))
+          : request.request_id();
+  auto run = RequestRun::Create(
+      env_, std::move(request_id), *std::move(resolved), arrival, deadline,
+      sink, [this, arrival](const RequestEnd& end, const ClientStream& s) {
+        OnRunEnd(end, s, arrival);
+      });
+  bool start_now = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (options_.max_in_flight <= 0 || running_ < options_.max_in_flight) {
+      ++running_;
+      start_now = true;
+    } else if (static_cast<int>(waiting_.size()) < options_.admission_queue) {
+      Waiting w;
+      w.handle = handle;
+      w.run = run;
+      w.sink = sink;
+      w.arrival = arrival;
+      w.give_up = arrival + options_.admission_timeout;
+      if (deadline < w.give_up) {
+        w.give_up = deadline;
+        w.deadline_first = true;
+      }
+      {
+        absl::MutexLock hl(&handle->mu_);
+        handle->waiting_in_ = this;
+        handle->run_ = run;
+      }
+      waiting_.push_back(std::move(w));
+    } else {
+      refused.status = absl::ResourceExhaustedError(absl::StrCat(
+          "router overloaded: ", running_, " requests running (max ",
+          options_.max_in_flight, ") and ", waiting_.size(),
+          " waiting for admission (max ", options_.admission_queue,
+          "); retry later"));
+      refused.retry_after_ms = options_.retry_after_ms;
+    }
+  }
+  if (start_now) {
+    Launch(handle, run);
+  } else if (!refused.status.ok()) {
+    EndUnrun(*sink, arrival, refused);
+  }
+  return handle;
+}
+
+void GenerationCore::Launch(const std::shared_ptr<RequestHandle>& handle,
+                            const std::shared_ptr<RequestRun>& run) {
+  bool cancelled;
+  {
+    absl::MutexLock lock(&handle->mu_);
+    handle->waiting_in_ = nullptr;
+    handle->run_ = run;
+    cancelled = handle->cancelled_;
+  }
+  run->Start();
+  if (cancelled) run->Cancel();
+}
+
+void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
+                              absl::Time arrival) {
+  metrics::RequestSummary summary;
+  summary.code = end.status.code();
+  summary.e2e_seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
+  summary.prompt_tokens =
+      static_cast<int64_t>(stream.request().prompt_ids.size());
+  summary.output_tokens = stream.completion_tokens();
+  summary.ttft_seconds = stream.ttft_seconds();
+  if (end.status.ok() && stream.final_timings().has_value()) {
+    summary.e2e_seconds = stream.final_timings()->e2e();
+    summary.stages = StageTimingsFromProto(*stream.final_timings());
+  }
+  metrics_->RequestFinished(summary);
+  // Admit the next waiting request into the freed slot.
+  std::shared_ptr<RequestHandle> next_handle;
+  std::shared_ptr<RequestRun> next_run;
+  {
+    absl::MutexLock lock(&mu_);
+    --running_;
+    if (!waiting_.empty() && !draining_.load()) {
+      next_handle = std::move(waiting_.front().handle);
+      next_run = std::move(waiting_.front().run);
+      waiting_.pop_front();
+      ++running_;
+    }
+  }
+  if (next_run != nullptr) Launch(next_handle, next_run);
+}
+
+bool GenerationCore::CancelWaiting(RequestHandle* handle) {
+  Waiting removed;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = std::find_if(
+        waiting_.begin(), waiting_.end(),
+        [&](const Waiting& w) { return w.handle.get() == handle; });
+    if (it == waiting_.end()) return false;
+    removed = std::move(*it);
+    waiting_.erase(it);
+  }
+  RequestEnd end;
+  end.status =
+      absl::CancelledError("client cancelled while waiting for admission");
+  EndUnrun(*removed.sink, removed.arrival, end);
+  return true;
+}
+
+void GenerationCore::AdmissionTimerLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    const absl::Time now = absl::Now();
+    absl::Time next = now + absl::Milliseconds(200);
+    std::vector<Waiting> expired;
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (it->give_up <= now || draining_.load()) {
+        expired.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        next = std::min(next, it->give_up);
+        ++it;
+      }
+    }
+    if (!expired.empty()) {
+      mu_.Unlock();
+      for (Waiting& w : expired) {
+        RequestEnd end;
+        if (draining_.load()) {
+          end.status = absl::UnavailableError("router is draining");
+        } else if (w.deadline_first) {
+          end.status = absl::DeadlineExceededError(
+              "deadline exceeded while waiting for admission");
+        } else {
+          end.status = absl::ResourceExhaustedError(absl::StrCat(
+              "router overloaded: waited ",
+              absl::FormatDuration(options_.admission_timeout),
+              " for admission (--admission_timeout); retry later"));
+          end.retry_after_ms = options_.retry_after_ms;
+        }
+        EndUnrun(*w.sink, w.arrival, end);
+      }
+      mu_.Lock();
+      continue;
+    }
+    mu_.AwaitWithDeadline(absl::Condition(&stop_), next);
+  }
+}
+
+absl::StatusOr<v1::TokenizeResponse> GenerationCore::Tokenize(
+    const v1::TokenizeRequest& request) const {
+  if (tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("this router has no tokenizer");
+  }
+  if (request.text().size() >
+      static_cast<size_t>(options_.limits.max_request_bytes)) {
+    return absl::InvalidArgumentError("text too long");
+  }
+  auto ids = tokenizer_->Encode(
+      request.text(),
+      request.has_add_special_tokens() ? request.add_special_tokens() : true);
+  if (!ids.ok()) return absl::InvalidArgumentError(ids.status().message());
+  v1::TokenizeResponse response;
+  for (int32_t id : *ids) {
+    response.add_ids(id);
+    auto piece = tokenizer_->Decode({id}, false);
+    response.add_pieces(piece.ok() ? *piece : "");
+  }
+  return response;
+}
+
+v1::GetModelInfoResponse GenerationCore::ModelInfo() const {
+  v1::GetModelInfoResponse r;
+  r.set_model(model_.name);
+  r.set_vocab_size(model_.vocab_size);
+  r.set_max_context(model_.max_context);
+  for (int32_t id : model_.eos_ids) r.add_eos_token_ids(id);
+  r.set_bos_token_id(model_.bos_id.value_or(-1));
+  r.set_mode(RouterModeName(options_.mode));
+  r.set_num_prefill_workers(prefill_->healthy_count());
+  r.set_num_decode_workers(decode_->healthy_count());
+  r.set_max_tokens_cap(options_.limits.max_tokens_cap);
+  for (const auto& ep : decode_->Endpoints()) {
+    absl::MutexLock lock(&ep->mu);
+    if (ep->healthy && !ep->status.model_fingerprint().empty()) {
+      r.set_fingerprint(ep->status.model_fingerprint());
+      break;
+    }
+  }
+  return r;
+}
+
+}  // namespace pdserve

@@ -1,0 +1,516 @@
+#include "router/request_run.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/transport/sequence_spec.h"
+#include "common/util/logging.h"
+#include "common/util/status_macros.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/client_callback.h"
+#include "router/disaggregation_policy.h"
+
+namespace pdserve {
+
+namespace v1 = ::pdserve::v1;
+
+namespace {
+
+double SecondsSince(absl::Time from) {
+  return absl::ToDoubleSeconds(absl::Now() - from);
+}
+
+bool Retryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsResourceExhausted(s);
+}
+
+// A worker's reported prefill cost fit and queue, for the auto-mode policy.
+PrefillCostInputs PrefillCostOf(const pb::WorkerStatusResponse& st) {
+  return PrefillCostInputs{st.prefill_tokens_per_second(),
+                           st.prefill_overhead_seconds(),
+                           st.queued_prefill_tokens()};
+}
+
+// The sequence a worker runs: the client's prompt followed by the tokens
+// already sent (after a migration), with max_tokens reduced by them and
+// marked as generated (penalties on output tokens count them). The next
+// token's position (prompt + generated) is then its position in the
+// uninterrupted stream, so position-keyed sampling continues it exactly.
+pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
+                          const std::vector<int32_t>& generated) {
+  pb::SequenceSpec spec;
+  spec.set_request_id(id);
+  for (int32_t t : req.prompt_ids) spec.add_prompt_ids(t);
+  for (int32_t t : generated) spec.add_prompt_ids(t);
+  *spec.mutable_sampling() = transport::SamplingToProto(req.sampling);
+  *spec.mutable_stop() = transport::StopToProto(req.stop);
+  spec.mutable_stop()->set_max_tokens(req.stop.max_tokens -
+                                      static_cast<int>(generated.size()));
+  spec.set_generated_tokens(static_cast<int32_t>(generated.size()));
+  return spec;
+}
+
+// Tells a worker to drop a request (frees its KV now rather than at lease
+// expiry). Fire and forget: the call owns itself until it completes.
+void AbortAsync(const std::shared_ptr<WorkerEndpoint>& ep,
+                const std::string& worker_request_id) {
+  if (ep == nullptr) return;
+  struct AbortCall {
+    grpc::ClientContext ctx;
+    pb::AbortRequest req;
+    pb::AbortResponse resp;
+    std::shared_ptr<WorkerEndpoint> ep;  // keeps the stub alive
+  };
+  auto call = std::make_shared<AbortCall>();
+  call->ep = ep;
+  call->ctx.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
+  call->req.set_request_id(worker_request_id);
+  ep->worker->async()->Abort(&call->ctx, &call->req, &call->resp,
+                             [call](grpc::Status) {});
+}
+
+// Counts a request against a worker's load while an attempt uses it.
+class LoadToken {
+ public:
+  explicit LoadToken(std::shared_ptr<WorkerEndpoint> ep) : ep_(std::move(ep)) {
+    ep_->in_flight.fetch_add(1);
+  }
+  ~LoadToken() { ep_->in_flight.fetch_sub(1); }
+  LoadToken(const LoadToken&) = delete;
+  LoadToken& operator=(const LoadToken&) = delete;
+
+ private:
+  std::shared_ptr<WorkerEndpoint> ep_;
+};
+
+}  // namespace
+
+// A unary Prefill call in flight: context, request and response live until
+// its callback has run.
+struct RequestRun::PrefillCall {
+  grpc::ClientContext ctx;
+  pb::PrefillRequest req;
+  pb::PrefillResponse resp;
+  absl::Time start;
+};
+
+// A Decode stream in flight (colocated: D prefills; disaggregated: D's first
+// message says the KV is complete and verified). Reads are forwarded to the
+// run's queue in order; the reactor stays alive until OnDone (it holds itself
+// until then) and while the attempt holds it.
+class RequestRun::DecodeCall
+    : public grpc::ClientReadReactor<pb::DecodeResponse> {
+ public:
+  DecodeCall(std::shared_ptr<RequestRun> run, int attempt_no)
+      : run_(std::move(run)), attempt_no_(attempt_no) {}
+
+  void Start(const std::shared_ptr<DecodeCall>& self, pb::Decode::Stub* stub) {
+    self_ = self;
+    stub->async()->Decode(&ctx, &req, this);
+    StartRead(&msg_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    run_->queue_.Post([run = run_, n = attempt_no_, msg = msg_] {
+      run->OnDecodeMessage(n, msg);
+    });
+    StartRead(&msg_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    run_->queue_.Post([run = run_, n = attempt_no_, status] {
+      run->OnDecodeDone(n, status);
+    });
+    run_.reset();
+    self_.reset();  // may delete this
+  }
+
+  grpc::ClientContext ctx;
+  pb::DecodeRequest req;
+
+ private:
+  std::shared_ptr<RequestRun> run_;
+  const int attempt_no_;
+  pb::DecodeResponse msg_;
+  std::shared_ptr<DecodeCall> self_;
+};
+
+// One try of the request on a (P, D) pair.
+struct RequestRun::Attempt {
+  std::string worker_request_id;            // request id + attempt number
+  std::shared_ptr<WorkerEndpoint> prefill;  // null: prefill on D
+  std::shared_ptr<WorkerEndpoint> decode;
+  std::optional<LoadToken> prefill_load, decode_load;
+  WorkerEndpoint* failed = nullptr;  // which worker the error came from
+  v1::StageTimings timings;
+  std::shared_ptr<PrefillCall> prefill_call;
+  std::shared_ptr<DecodeCall> decode_call;
+  // Disaggregated: the first token, released once D has the KV.
+  std::optional<v1::GeneratedToken> first_token;
+  bool awaiting_admission = false;
+  absl::Time prefill_rpc_start;
+  double prefill_queue_seconds = 0, prefill_compute_seconds = 0;
+  absl::Status protocol_error;  // D broke the protocol (set before cancel)
+};
+
+std::shared_ptr<RequestRun> RequestRun::Create(
+    const PipelineEnv& env, std::string request_id, ResolvedRequest request,
+    absl::Time arrival, absl::Time deadline, std::shared_ptr<ResponseSink> sink,
+    EndCallback on_end) {
+  return std::make_shared<RequestRun>(env, std::move(request_id),
+                                      std::move(request), arrival, deadline,
+                                      std::move(sink), std::move(on_end));
+}
+
+RequestRun::RequestRun(const PipelineEnv& env, std::string request_id,
+                       ResolvedRequest request, absl::Time arrival,
+                       absl::Time deadline, std::shared_ptr<ResponseSink> sink,
+                       EndCallback on_end)
+    : env_(env),
+      arrival_(arrival),
+      deadline_(deadline),
+      sink_(std::move(sink)),
+      on_end_(std::move(on_end)),
+      stream_(sink_.get(), std::move(request_id), std::move(request),
+              env.tokenizer, arrival, env.metrics) {
+  const RouterOptions& o = *env_.options;
+  prefill_hint_.affinity = PrefixAffinityKey(
+      stream_.request().prompt_ids, o.kv_block_size, o.prefix_routing_blocks);
+  prefill_hint_.max_extra_load = o.prefix_routing_max_extra_load;
+}
+
+RequestRun::~RequestRun() = default;
+
+void RequestRun::Start() {
+  queue_.Post([self = shared_from_this()] { self->StartAttempt(); });
+}
+
+void RequestRun::Cancel() {
+  if (cancelled_.exchange(true)) return;
+  queue_.Post([self = shared_from_this()] {
+    if (self->ended_) return;
+    // The calls in flight end with CANCELLED and AttemptFailed ends the run;
+    // between calls, end it here.
+    const bool calls_active =
+        self->attempt_ != nullptr && (self->attempt_->prefill_call != nullptr ||
+                                      self->attempt_->decode_call != nullptr);
+    if (calls_active) {
+      self->StopCalls();
+    } else {
+      self->End(absl::CancelledError("client cancelled"));
+    }
+  });
+}
+
+void RequestRun::StopCalls() {
+  if (attempt_ == nullptr) return;
+  if (attempt_->prefill_call != nullptr)
+    attempt_->prefill_call->ctx.TryCancel();
+  if (attempt_->decode_call != nullptr) attempt_->decode_call->ctx.TryCancel();
+}
+
+void RequestRun::StartAttempt() {
+  if (ended_) return;
+  if (cancelled_.load()) return End(absl::CancelledError("client cancelled"));
+  if (PastDeadline()) {
+    return End(absl::DeadlineExceededError(
+        last_.ok() ? "deadline exceeded"
+                   : absl::StrCat("deadline exceeded: ", last_.message())));
+  }
+  ++attempt_no_;
+  attempt_ = std::make_unique<Attempt>();
+  Attempt& a = *attempt_;
+  a.worker_request_id = absl::StrCat(stream_.request_id(), "#", attempt_no_);
+  const int remaining = stream_.request().stop.max_tokens -
+                        static_cast<int>(stream_.generated().size());
+  if (remaining <= 0) {
+    // D failed after its last token but before its final message.
+    stream_.Finish("length", a.timings);
+    return End(absl::OkStatus());
+  }
+  // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED (the
+  // client may retry), not UNAVAILABLE.
+  auto d = env_.decode->Pick(exclude_d_);
+  if (!d.ok()) {
+    if (!absl::IsResourceExhausted(last_)) last_ = d.status();
+    return End(last_);
+  }
+  a.decode = *d;
+  const int prompt_tokens = static_cast<int>(
+      stream_.request().prompt_ids.size() + stream_.generated().size());
+  absl::Status picked = ChoosePrefill(prompt_tokens);
+  if (!picked.ok()) {
+    if (!absl::IsResourceExhausted(last_)) last_ = picked;
+    return End(last_);
+  }
+  a.timings.set_router_queue(SecondsSince(arrival_));
+  if (a.prefill == nullptr) {
+    StartDecode(/*colocated=*/true);
+  } else {
+    StartPrefill();
+  }
+}
+
+absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
+  Attempt& a = *attempt_;
+  const RouterOptions& o = *env_.options;
+  v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
+  if (o.mode != RouterMode::kAuto) {
+    decision.set_reason("mode");
+    if (o.mode == RouterMode::kColocated) return absl::OkStatus();
+    ASSIGN_OR_RETURN(a.prefill, env_.prefill->Pick(exclude_p_, prefill_hint_));
+    return absl::OkStatus();
+  }
+  auto p = env_.prefill->Pick(exclude_p_, prefill_hint_);
+  DisaggregationInputs in;
+  in.prompt_tokens = prompt_tokens;
+  in.handoff_seconds = env_.handoff_seconds->Get();
+  if (p.ok()) {
+    absl::MutexLock lock(&(*p)->mu);
+    in.prefill = PrefillCostOf((*p)->status);
+  }
+  {
+    WorkerEndpoint& d = *a.decode;
+    absl::MutexLock lock(&d.mu);
+    const pb::WorkerStatusResponse& st = d.status;
+    in.decode = PrefillCostOf(st);
+    // The router's own count is fresher than the last status poll.
+    in.decode_running = std::max(st.running(), d.in_flight.load());
+    in.kv_receive_bytes_per_second = st.kv_receive_bytes_per_second();
+    in.kv_bytes_per_token = st.kv_bytes_per_token();
+    in.num_layers = st.num_layers();
+  }
+  DisaggregationPolicyOptions popts;
+  popts.threshold_tokens = o.auto_prefill_threshold;
+  popts.stall_weight = o.auto_stall_weight;
+  const DisaggregationDecision dd = DecidePrefillLocation(in, popts);
+  decision.set_reason(dd.reason);
+  if (dd.estimate_prefill_worker.has_value()) {
+    decision.set_estimate_prefill_worker(*dd.estimate_prefill_worker);
+  }
+  if (dd.estimate_decode_worker.has_value()) {
+    decision.set_estimate_decode_worker(*dd.estimate_decode_worker);
+  }
+  if (dd.prefill_on_decode) return absl::OkStatus();
+  if (!p.ok()) return p.status();
+  a.prefill = *std::move(p);
+  return absl::OkStatus();
+}
+
+void RequestRun::StartPrefill() {
+  Attempt& a = *attempt_;
+  a.prefill_load.emplace(a.prefill);
+  a.decode_load.emplace(a.decode);
+  a.timings.set_prefill_location("prefill_worker");
+  auto call = std::make_shared<PrefillCall>();
+  call->ctx.set_deadline(absl::ToChronoTime(deadline_));
+  *call->req.mutable_seq() =
+      MakeSpec(a.worker_request_id, stream_.request(), stream_.generated());
+  call->req.set_decode_target(a.decode->address);
+  call->start = absl::Now();
+  a.prefill_call = call;
+  a.prefill->prefill->async()->Prefill(
+      &call->ctx, &call->req, &call->resp,
+      [self = shared_from_this(), call](grpc::Status s) {
+        self->queue_.Post([self, call, s] { self->OnPrefillDone(call, s); });
+      });
+}
+
+void RequestRun::OnPrefillDone(std::shared_ptr<PrefillCall> call,
+                               const grpc::Status& s) {
+  if (ended_ || attempt_ == nullptr || attempt_->prefill_call != call) return;
+  Attempt& a = *attempt_;
+  a.prefill_call.reset();
+  if (!s.ok()) {
+    a.failed = a.prefill.get();
+    AbortAsync(a.decode, a.worker_request_id);  // a push may have begun
+    return AttemptFailed(
+        absl::Status(FromGrpcStatus(s).code(),
+                     absl::StrCat("prefill worker ", a.prefill->address, ": ",
+                                  s.error_message())));
+  }
+  if (cancelled_.load())
+    return AttemptFailed(absl::CancelledError("cancelled"));
+  const pb::PrefillResponse& presp = call->resp;
+  a.timings.set_prefill_queue(presp.prefill_queue_seconds());
+  a.timings.set_prefill_compute(presp.prefill_compute_seconds());
+  a.prefill_rpc_start = call->start;
+  a.prefill_queue_seconds = presp.prefill_queue_seconds();
+  a.prefill_compute_seconds = presp.prefill_compute_seconds();
+  if (presp.finished()) {
+    google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
+    *first.Add() = presp.first_token();
+    if (!stream_.Send(first)) return ClientGone();
+    stream_.Finish(presp.finish_reason(), a.timings);
+    return End(absl::OkStatus());
+  }
+  a.first_token = presp.first_token();
+  StartDecode(/*colocated=*/false);
+}
+
+void RequestRun::StartDecode(bool colocated) {
+  Attempt& a = *attempt_;
+  if (!a.decode_load.has_value()) a.decode_load.emplace(a.decode);
+  auto call = std::make_shared<DecodeCall>(shared_from_this(), attempt_no_);
+  call->ctx.set_deadline(absl::ToChronoTime(deadline_));
+  call->req.set_request_id(a.worker_request_id);
+  if (colocated) {
+    *call->req.mutable_colocated() =
+        MakeSpec(a.worker_request_id, stream_.request(), stream_.generated());
+  }
+  a.awaiting_admission = !colocated;
+  a.decode_call = call;
+  call->Start(call, a.decode->decode.get());
+}
+
+void RequestRun::OnDecodeMessage(int attempt_no,
+                                 const pb::DecodeResponse& msg) {
+  if (ended_ || attempt_no != attempt_no_ || attempt_ == nullptr) return;
+  Attempt& a = *attempt_;
+  if (!a.protocol_error.ok()) return;  // the call is being cancelled
+  if (a.awaiting_admission) {
+    if (!msg.admitted()) {
+      a.protocol_error =
+          absl::InternalError("decode stream ended before admission");
+      a.decode_call->ctx.TryCancel();
+      return;
+    }
+    a.awaiting_admission = false;
+    // The hop of the P path (for --mode=auto): Prefill sent -> D admitted,
+    // less P's queue and compute.
+    env_.handoff_seconds->Add(std::max(0.0, SecondsSince(a.prefill_rpc_start) -
+                                                a.prefill_queue_seconds -
+                                                a.prefill_compute_seconds));
+    // The KV is complete and verified on D: release the first token.
+    google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
+    *first.Add() = *a.first_token;
+    if (!stream_.Send(first)) return ClientGone();
+    if (stream_.stopped()) return StopOnStopString();
+    return;  // the admission message carries no tokens
+  }
+  if (!stream_.Send(msg.tokens())) return ClientGone();
+  if (stream_.stopped()) return StopOnStopString();
+  if (msg.finished()) {
+    // D's stages (only those it measured are set: MergeFrom keeps the
+    // router's and P's).
+    a.timings.MergeFrom(msg.timings());
+    stream_.Finish(msg.finish_reason(), a.timings);
+    return End(absl::OkStatus());
+  }
+}
+
+void RequestRun::OnDecodeDone(int attempt_no, const grpc::Status& s) {
+  if (ended_ || attempt_no != attempt_no_ || attempt_ == nullptr) return;
+  Attempt& a = *attempt_;
+  a.decode_call.reset();
+  a.failed = a.decode.get();
+  absl::Status st;
+  if (!a.protocol_error.ok()) {
+    st = a.protocol_error;
+  } else if (s.ok()) {
+    st = a.awaiting_admission
+             ? absl::InternalError("decode stream ended before admission")
+             : absl::UnavailableError("decode stream ended early");
+  } else {
+    st = FromGrpcStatus(s);
+  }
+  if (a.awaiting_admission && a.prefill != nullptr) {
+    AbortAsync(a.prefill, a.worker_request_id);
+  }
+  if (stream_.sent_any() && !absl::IsCancelled(st)) {
+    PDSERVE_LOG_WARNING("request %s: decode worker %s failed mid-stream: %s",
+                        stream_.request_id(), a.decode->address, st.ToString());
+  }
+  AttemptFailed(absl::Status(
+      st.code(),
+      absl::StrCat("decode worker ", a.decode->address,
+                   stream_.sent_any() ? " failed mid-stream: " : ": ",
+                   st.message())));
+}
+
+void RequestRun::AttemptFailed(absl::Status status) {
+  Attempt& a = *attempt_;
+  last_ = status;
+  const bool past_deadline = PastDeadline();
+  if (cancelled_.load() || past_deadline) {
+    // Also when only a worker call saw the deadline: the workers stop and
+    // free the KV now, not at their lease's end.
+    AbortAsync(a.prefill, a.worker_request_id);
+    AbortAsync(a.decode, a.worker_request_id);
+    return End(past_deadline ? absl::DeadlineExceededError(absl::StrCat(
+                                   "deadline exceeded: ", status.message()))
+                             : absl::CancelledError("client cancelled"));
+  }
+  if (!Retryable(status) || a.failed == nullptr) return End(status);
+  const RouterOptions& o = *env_.options;
+  if (stream_.sent_any()) {
+    // Migration: the tokens sent so far become part of the next attempt's
+    // prompt and the client's stream continues where it stopped.
+    if (stream_.migrations() >= o.max_migrations) return End(status);
+    stream_.CountMigration();
+    env_.metrics->CountMigration();
+    PDSERVE_LOG_WARNING(
+        "request %s: %s; migrating after %d tokens (migration %d of %d)",
+        stream_.request_id(), status.ToString(), stream_.generated().size(),
+        stream_.migrations(), o.max_migrations);
+  } else {
+    if (++failed_before_send_ >= o.max_attempts) return End(status);
+    env_.metrics->CountRetry();  // re-sent to another worker
+    PDSERVE_LOG_WARNING("request %s: attempt %d failed on %s (%s); retrying",
+                        stream_.request_id(), attempt_no_ + 1,
+                        a.failed->address, status.ToString());
+  }
+  const bool prefill_failed = a.failed == a.prefill.get();
+  const std::string failed_address = a.failed->address;
+  (prefill_failed ? exclude_p_ : exclude_d_).insert(failed_address);
+  if (absl::IsUnavailable(status)) {
+    (prefill_failed ? env_.prefill : env_.decode)
+        ->ReportFailure(failed_address, std::string(status.message()));
+  }
+  StartAttempt();
+}
+
+void RequestRun::StopOnStopString() {
+  // A stop string ended the text: stop D now.
+  Attempt& a = *attempt_;
+  a.decode_call->ctx.TryCancel();
+  AbortAsync(a.decode, a.worker_request_id);
+  stream_.Finish("stop", a.timings);
+  End(absl::OkStatus());
+}
+
+void RequestRun::ClientGone() {
+  StopCalls();
+  if (attempt_ != nullptr)
+    AbortAsync(attempt_->decode, attempt_->worker_request_id);
+  End(absl::CancelledError("client went away"));
+}
+
+void RequestRun::End(absl::Status status) {
+  if (ended_) return;
+  ended_ = true;
+  RequestEnd end;
+  end.status = std::move(status);
+  if (absl::IsResourceExhausted(end.status)) {
+    end.retry_after_ms = env_.options->retry_after_ms;
+  }
+  sink_->Finish(end);
+  // Release the workers' load counts now; calls still finishing hold only
+  // their own state.
+  if (attempt_ != nullptr) {
+    attempt_->prefill_load.reset();
+    attempt_->decode_load.reset();
+  }
+  if (on_end_) {
+    EndCallback cb = std::move(on_end_);
+    on_end_ = nullptr;
+    cb(end, stream_);
+  }
+}
+
+}  // namespace pdserve

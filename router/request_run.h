@@ -1,0 +1,114 @@
+// RequestRun: one admitted request's way through the workers, asynchronously
+// (gRPC's callback API: no thread waits on a request). It picks a decode
+// worker D and, unless prefilling on D, a prefill worker P; runs Prefill on
+// P, then claims the sequence on D and streams its tokens to the client
+// through ClientStream; retries another worker on UNAVAILABLE or
+// RESOURCE_EXHAUSTED while nothing reached the client, migrates a stream
+// whose D failed mid-stream (prompt + tokens sent so far, on another pair),
+// and stops both workers at once when the client goes away, its deadline
+// passes or a stop string ends the text. Every event (RPC completions,
+// Cancel) runs on the run's SerialQueue, so its state needs no lock.
+// Thread-safe (Start once, Cancel from any thread).
+#ifndef PDSERVE_ROUTER_REQUEST_RUN_H_
+#define PDSERVE_ROUTER_REQUEST_RUN_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/metrics/router_metrics.h"
+#include "common/tokenizer/tokenizer.h"
+#include "common/util/cost_fit.h"
+#include "router/client_stream.h"
+#include "router/request_builder.h"
+#include "router/response_sink.h"
+#include "router/router_options.h"
+#include "router/serial_queue.h"
+#include "router/worker_pool.h"
+
+namespace pdserve {
+
+// What every run shares; owned by the GenerationCore, outlives its runs.
+struct PipelineEnv {
+  const RouterOptions* options = nullptr;
+  const Tokenizer* tokenizer = nullptr;  // may be null (token ids only)
+  WorkerPool* prefill = nullptr;
+  WorkerPool* decode = nullptr;
+  metrics::RouterMetrics* metrics = nullptr;
+  // The P -> D handoff's exposed time (--mode=auto's estimate).
+  Ewma* handoff_seconds = nullptr;
+};
+
+class RequestRun : public std::enable_shared_from_this<RequestRun> {
+ public:
+  // `on_end` runs once, after sink->Finish, with the request's outcome (the
+  // core's bookkeeping: metrics, in-flight count, admission).
+  using EndCallback =
+      std::function<void(const RequestEnd& end, const ClientStream& stream)>;
+  static std::shared_ptr<RequestRun> Create(
+      const PipelineEnv& env, std::string request_id, ResolvedRequest request,
+      absl::Time arrival, absl::Time deadline,
+      std::shared_ptr<ResponseSink> sink, EndCallback on_end);
+
+  // Begins the first attempt.
+  void Start();
+  // The client went away: stops the workers and ends the run with CANCELLED
+  // (unless it already ended). Any thread, any number of times.
+  void Cancel();
+
+  // Use Create.
+  RequestRun(const PipelineEnv& env, std::string request_id,
+             ResolvedRequest request, absl::Time arrival, absl::Time deadline,
+             std::shared_ptr<ResponseSink> sink, EndCallback on_end);
+  ~RequestRun();
+
+ private:
+  struct Attempt;
+  struct PrefillCall;
+  class DecodeCall;
+
+  // All of these run on queue_.
+  void StartAttempt();
+  absl::Status ChoosePrefill(int prompt_tokens);
+  void StartPrefill();
+  void OnPrefillDone(std::shared_ptr<PrefillCall> call,
+                     const grpc::Status& status);
+  void StartDecode(bool colocated);
+  void OnDecodeMessage(int attempt_no, const pb::DecodeResponse& msg);
+  void OnDecodeDone(int attempt_no, const grpc::Status& status);
+  // An attempt failed with `status`: retry, migrate, or end the request.
+  void AttemptFailed(absl::Status status);
+  // The client went away mid-stream: stop D and end with CANCELLED.
+  void ClientGone();
+  void StopOnStopString();
+  void StopCalls();
+  void End(absl::Status status);
+  bool PastDeadline() const { return absl::Now() >= deadline_; }
+
+  const PipelineEnv env_;
+  const absl::Time arrival_;
+  const absl::Time deadline_;
+  const std::shared_ptr<ResponseSink> sink_;
+  EndCallback on_end_;
+  SerialQueue queue_;
+  std::atomic<bool> cancelled_{false};
+
+  // State of the run (queue_ only).
+  ClientStream stream_;
+  std::unique_ptr<Attempt> attempt_;
+  int attempt_no_ = -1;
+  int failed_before_send_ = 0;  // attempts that failed before any token
+  std::set<std::string> exclude_p_, exclude_d_;
+  PickHint prefill_hint_;
+  absl::Status last_;  // the latest attempt's failure
+  bool ended_ = false;
+};
+
+}  // namespace pdserve
+
+#endif  // PDSERVE_ROUTER_REQUEST_RUN_H_
