@@ -155,6 +155,7 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
         handle->run_ = run;
       }
       waiting_.push_back(std::move(w));
+      metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
     } else {
       refused.status = absl::ResourceExhaustedError(absl::StrCat(
           "router overloaded: ", running_, " requests running (max ",
@@ -206,9 +207,12 @@ void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
     absl::MutexLock lock(&mu_);
     --running_;
     if (!waiting_.empty() && !draining_.load()) {
+      metrics_->ObserveAdmissionWait(
+          absl::ToDoubleSeconds(absl::Now() - waiting_.front().arrival));
       next_handle = std::move(waiting_.front().handle);
       next_run = std::move(waiting_.front().run);
       waiting_.pop_front();
+      metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
       ++running_;
     }
   }
@@ -225,7 +229,10 @@ bool GenerationCore::CancelWaiting(RequestHandle* handle) {
     if (it == waiting_.end()) return false;
     removed = std::move(*it);
     waiting_.erase(it);
+    metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
   }
+  metrics_->ObserveAdmissionWait(
+      absl::ToDoubleSeconds(absl::Now() - removed.arrival));
   RequestEnd end;
   end.status =
       absl::CancelledError("client cancelled while waiting for admission");
@@ -249,8 +256,11 @@ void GenerationCore::AdmissionTimerLoop() {
       }
     }
     if (!expired.empty()) {
+      metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
       mu_.Unlock();
       for (Waiting& w : expired) {
+        metrics_->ObserveAdmissionWait(
+            absl::ToDoubleSeconds(absl::Now() - w.arrival));
         RequestEnd end;
         if (draining_.load()) {
           end.status = absl::UnavailableError("router is draining");

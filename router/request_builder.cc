@@ -76,7 +76,8 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   // Prompt.
   switch (request.input_case()) {
     case pdserve::v1::GenerateRequest::kText: {
-      if (request.text().empty()) return Invalid("empty prompt");
+      // "" is a prompt: the BOS the tokenizer adds (as in transformers and
+      // vLLM); only a text that yields no token at all is refused below.
       if (tokenizer == nullptr) {
         return absl::FailedPreconditionError(
             "this router has no tokenizer: send token_ids");
@@ -90,13 +91,15 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                                     ids.status().message()));
       }
       out.prompt_ids = *std::move(ids);
-      if (out.prompt_ids.empty()) return Invalid("empty prompt (no tokens)");
+      if (out.prompt_ids.empty()) {
+        return Invalid("empty prompt: the text yields no tokens to run");
+      }
       break;
     }
     case pdserve::v1::GenerateRequest::kTokenIds:
       out.prompt_ids.assign(request.token_ids().ids().begin(),
                             request.token_ids().ids().end());
-      if (out.prompt_ids.empty()) return Invalid("empty prompt");
+      if (out.prompt_ids.empty()) return Invalid("empty prompt: no token ids");
       for (int32_t id : out.prompt_ids) {
         if (id < 0 || id >= model.vocab_size) {
           return Invalid(absl::StrCat("prompt token id ", id,

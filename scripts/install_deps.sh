@@ -14,6 +14,8 @@ BUILD_PACKAGES=(
   # gRPC + protobuf + abseil + metrics
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev prometheus-cpp-dev
+  # the router's HTTP API (Boost.Beast/Asio, header-only)
+  libboost-dev
   # CPU matrix products
   libdnnl-dev ocl-icd-opencl-dev
   # tokenizer: regex with look-ahead, Unicode normalization, JSON

@@ -47,6 +47,16 @@ constexpr MetricDef kDefs[] = {
      "before any token)."},
     {"pdserve_request_migrations_total", kC, "router", "", "migrations",
      "Requests moved to another decode worker mid-stream."},
+    {"pdserve_http_requests_total", kC, "router", "code,endpoint", "requests",
+     "HTTP requests answered by the router's OpenAI-compatible API, by "
+     "endpoint (/v1/chat/completions, ...; \"other\" for unknown paths) and "
+     "HTTP status code (a stream counts once, with the status it started "
+     "with)."},
+    {"pdserve_admission_queue_length", kG, "router", "", "requests",
+     "Requests waiting for admission (--max_in_flight were running)."},
+    {"pdserve_admission_wait_seconds", kH, "router", "", "seconds",
+     "Time a request waited for admission, whether it was then admitted or "
+     "gave up (admission timeout, deadline, cancellation)."},
     {"pdserve_request_stage_seconds", kH, "router", "stage", "seconds",
      "Per-request stage durations, each measured by the process where the "
      "stage happens (router_queue, prefill_queue, prefill_compute, "

@@ -38,12 +38,19 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
       retries_(
           CounterFamily(registry, "pdserve_request_retries_total").Add({})),
       migrations_(
-          CounterFamily(registry, "pdserve_request_migrations_total").Add({})) {
+          CounterFamily(registry, "pdserve_request_migrations_total").Add({})),
+      http_requests_(CounterFamily(registry, "pdserve_http_requests_total")),
+      admission_queue_length_(
+          GaugeFamily(registry, "pdserve_admission_queue_length").Add({})),
+      admission_wait_(Latency(registry, "pdserve_admission_wait_seconds")) {
   GaugeFamily(registry, "pdserve_build_info").Add({{"role", "router"}}).Set(1);
   // Every code exists from the start, so rate() and ratios see zeros.
   for (int c = 0; c <= static_cast<int>(kMaxStatusCode); ++c) {
     requests_total_.Add(
         {{"code", absl::StatusCodeToString(static_cast<absl::StatusCode>(c))}});
+  }
+  for (const char* endpoint : {"/v1/chat/completions", "/v1/completions"}) {
+    http_requests_.Add({{"endpoint", endpoint}, {"code", "200"}});
   }
   auto& stages = HistogramFamily(registry, "pdserve_request_stage_seconds");
   for (Stage s : AllStages()) {
@@ -114,5 +121,21 @@ void RouterMetrics::RemoveWorker(absl::string_view pool,
 
 void RouterMetrics::CountRetry() { retries_.Increment(); }
 void RouterMetrics::CountMigration() { migrations_.Increment(); }
+
+void RouterMetrics::CountHttpRequest(absl::string_view endpoint,
+                                     int http_status) {
+  http_requests_
+      .Add({{"endpoint", std::string(endpoint)},
+            {"code", std::to_string(http_status)}})
+      .Increment();
+}
+
+void RouterMetrics::SetAdmissionQueueLength(int64_t waiting) {
+  admission_queue_length_.Set(static_cast<double>(waiting));
+}
+
+void RouterMetrics::ObserveAdmissionWait(double seconds) {
+  admission_wait_.Observe(seconds);
+}
 
 }  // namespace pdserve::metrics

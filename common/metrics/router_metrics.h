@@ -61,6 +61,12 @@ class RouterMetrics {
   void CountRetry();
   void CountMigration();
 
+  // One answered HTTP request (endpoint: the API path, or "other").
+  void CountHttpRequest(absl::string_view endpoint, int http_status);
+  // Admission queue: its length, and one wait (admitted or not).
+  void SetAdmissionQueueLength(int64_t waiting);
+  void ObserveAdmissionWait(double seconds);
+
   // Time per output token as RequestFinished computes it:
   // (e2e - ttft) / (output_tokens - 1); nullopt with fewer than 2 tokens.
   static std::optional<double> TimePerOutputToken(const RequestSummary& s);
@@ -78,6 +84,9 @@ class RouterMetrics {
   prometheus::Family<prometheus::Gauge>& worker_healthy_;
   prometheus::Counter& retries_;
   prometheus::Counter& migrations_;
+  prometheus::Family<prometheus::Counter>& http_requests_;
+  prometheus::Gauge& admission_queue_length_;
+  prometheus::Histogram& admission_wait_;
   std::array<prometheus::Histogram*, kNumStages> stage_seconds_;
 };
 

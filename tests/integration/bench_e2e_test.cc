@@ -44,7 +44,8 @@ class Cluster {
     stdout_path_ = dir + "/up.out";
     std::vector<std::string> argv = {PDSERVE_BINARY, "up",
                                      "--model=models/stories260K",
-                                     absl::StrCat("--port=", *port)};
+                                     absl::StrCat("--port=", *port),
+                                     "--http_port=-1"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     SubprocessOptions opts;
     opts.stdout_path = stdout_path_;

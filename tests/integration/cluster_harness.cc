@@ -59,6 +59,8 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
         absl::string_view rest = text;
         if (absl::ConsumePrefix(&rest, "metrics=")) {
           (void)absl::SimpleAtoi(rest, &rp->metrics_port);
+        } else if (absl::ConsumePrefix(&rest, "http=")) {
+          (void)absl::SimpleAtoi(rest, &rp->http_port);
         }
       }
       return rp;
@@ -110,7 +112,10 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   for (auto& p : c->prefill_) p_addr.push_back(p->address());
   for (auto& d : c->decode_) d_addr.push_back(d->address());
   for (size_t i = 0; i < options.modes.size(); ++i) {
-    std::vector<std::string> rf = flags(options.router_flags);
+    // The HTTP API on a free port (a test's router_flags may override).
+    std::vector<std::string> rf = {"--http_port=-1"};
+    for (std::string& f : flags(options.router_flags))
+      rf.push_back(std::move(f));
     rf.push_back(absl::StrCat("--mode=", options.modes[i]));
     rf.push_back("--worker_poll_ms=100");
     if (!p_addr.empty())

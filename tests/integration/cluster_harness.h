@@ -50,6 +50,7 @@ struct RoleProcess {
   Subprocess proc;
   int port = 0;
   int metrics_port = 0;  // with --metrics_port=-1 (port file "metrics=N")
+  int http_port = 0;     // routers: the HTTP API (port file "http=N")
   std::string log_path;
   std::string address() const { return "127.0.0.1:" + std::to_string(port); }
 };

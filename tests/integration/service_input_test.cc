@@ -70,7 +70,12 @@ TEST_F(InputTest, InvalidRequestsAreInvalidArgumentWithAMessage) {
   const std::vector<int32_t> ids = {1, 291, 376};
   std::vector<Case> cases = {
       {"no input", [](auto* r) { r->clear_input(); }, "empty prompt"},
-      {"empty text", [](auto* r) { r->set_text(""); }, "empty prompt"},
+      {"empty text without special tokens",
+       [](auto* r) {
+         r->set_text("");
+         r->set_add_special_tokens(false);
+       },
+       "empty prompt"},
       {"empty ids", [](auto* r) { r->mutable_token_ids()->clear_ids(); },
        "empty prompt"},
       {"id beyond vocab", [](auto* r) { r->mutable_token_ids()->add_ids(512); },

@@ -66,7 +66,8 @@ struct Up {
 
 std::unique_ptr<Up> StartUp(const std::vector<std::string>& args) {
   auto up = std::make_unique<Up>();
-  std::vector<std::string> argv = {PdserveBinary(), "up", "--port=0"};
+  std::vector<std::string> argv = {PdserveBinary(), "up", "--port=0",
+                                   "--http_port=-1"};
   argv.insert(argv.end(), args.begin(), args.end());
   SubprocessOptions so;
   so.stdout_path = up->out_path();

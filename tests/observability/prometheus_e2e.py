@@ -154,7 +154,7 @@ def start_cluster(args):
             "this pdserve build has no `up` subcommand (tools/service_cmds/up.cc);"
             " the end-to-end Prometheus check needs a local cluster. Pass"
             " --targets component=host:port,... to check a running one.")
-    cmd = [args.pdserve, "up", f"--port={free_port()}"] + args.up_flag
+    cmd = [args.pdserve, "up", f"--port={free_port()}", "--http_port=-1"] + args.up_flag
     p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
               cwd=args.repo)
     targets, router, lines = [], None, []

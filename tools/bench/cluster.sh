@@ -25,7 +25,7 @@ free_port() {
 up_start() {
   local log=$1
   shift
-  "$PDSERVE" up "$@" >"$log.out" 2>"$log.err" &
+  "$PDSERVE" up --http_port=0 "$@" >"$log.out" 2>"$log.err" &
   UP_PID=$!
   for _ in $(seq 600); do
     grep -q "up: ready" "$log.out" 2>/dev/null && return 0

@@ -207,6 +207,8 @@ void PrintResult(const CompletionResult& r, bool json, bool with_logprobs,
 }
 
 int RunComplete(const std::vector<std::string>& args) {
+  // A TEXT argument, even "" (which is BOS alone for a tokenizer adding it).
+  const bool has_text = args.size() > 1;
   const std::string text_prompt = absl::StrJoin(
       std::vector<std::string>(args.begin() + std::min<size_t>(1, args.size()),
                                args.end()),
@@ -214,7 +216,7 @@ int RunComplete(const std::vector<std::string>& args) {
   std::unique_ptr<Tokenizer> tokenizer;
   if (auto tok = LoadTokenizer(); tok.ok()) {
     tokenizer = std::move(*tok);
-  } else if (!text_prompt.empty()) {
+  } else if (has_text) {
     std::fprintf(stderr, "complete: cannot tokenize the prompt: %s\n",
                  tok.status().ToString().c_str());
     return 2;
@@ -242,15 +244,14 @@ int RunComplete(const std::vector<std::string>& args) {
       requests.push_back(std::move(*r));
     }
   } else {
-    if (!text_prompt.empty() && !absl::GetFlag(FLAGS_prompt_ids).empty()) {
+    if (has_text && !absl::GetFlag(FLAGS_prompt_ids).empty()) {
       std::fprintf(stderr,
                    "complete: give a TEXT prompt or --prompt_ids, not both\n");
       return 2;
     }
     auto ids =
-        text_prompt.empty()
-            ? ParseIds(absl::GetFlag(FLAGS_prompt_ids), "--prompt_ids")
-            : tokenizer->Encode(text_prompt, /*add_special_tokens=*/true);
+        !has_text ? ParseIds(absl::GetFlag(FLAGS_prompt_ids), "--prompt_ids")
+                  : tokenizer->Encode(text_prompt, /*add_special_tokens=*/true);
     auto r = ids.ok() ? RequestFromFlags(*ids) : ids.status();
     if (!r.ok()) {
       std::fprintf(stderr, "complete: %s\n",
@@ -258,9 +259,11 @@ int RunComplete(const std::vector<std::string>& args) {
       return 2;
     }
     if (r->prompt_ids.empty()) {
-      std::fprintf(stderr,
-                   "complete: empty prompt: give TEXT, --prompt_ids=1,2,3 "
-                   "or --input_jsonl=FILE\n");
+      std::fprintf(stderr, has_text
+                               ? "complete: empty prompt: the text yields no "
+                                 "tokens to run\n"
+                               : "complete: empty prompt: give TEXT, "
+                                 "--prompt_ids=1,2,3 or --input_jsonl=FILE\n");
       return 2;
     }
     requests.push_back(std::move(*r));

@@ -1,4 +1,6 @@
 // `pdserve router`: the public Generation service in front of the workers.
+#include <sys/resource.h>
+
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -7,6 +9,8 @@
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "router/generation_service.h"
+#include "router/http/http_server.h"
+#include "router/http/openai_api.h"
 #include "router/worker_pool.h"
 #include "tools/common_flags.h"
 #include "tools/service_cmds/service_common.h"
@@ -61,13 +65,51 @@ ABSL_FLAG(int32_t, worker_poll_ms, 200,
           "router: health check + status poll interval per worker");
 ABSL_FLAG(int32_t, dns_refresh_seconds, 5,
           "router: re-resolve dns:/// workers");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "router: port of the OpenAI-compatible HTTP API on --host (0 = off, "
+          "-1 = any free port, written to --port_file as \"http=PORT\")");
+ABSL_FLAG(std::string, served_model_name, "",
+          "router: the model name of the HTTP API (GET /v1/models, the "
+          "`model` field); default: the --model directory's name");
+ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20,
+          "router: largest HTTP request body (beyond: 413)");
+ABSL_FLAG(int32_t, http_threads, 2,
+          "router: threads serving every HTTP connection (asynchronous: not "
+          "one per connection)");
+ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(60),
+          "router: close an HTTP keep-alive connection idle this long");
+ABSL_FLAG(absl::Duration, http_request_timeout, absl::Seconds(30),
+          "router: the longest time to receive one HTTP request (header and "
+          "body; slow clients are cut off)");
 
 namespace pdserve {
 namespace {
 
+// Many concurrent HTTP streams need many descriptors: raise the soft limit
+// to the hard one (the default soft limit, 1024, is a few hundred streams).
+void RaiseFileDescriptorLimit() {
+  rlimit lim;
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
+// The served model's name: --served_model_name, else the last component of
+// the --model path ("models/stories260K" -> "stories260K").
+std::string ServedModelName(const std::string& model_path) {
+  std::string name = absl::GetFlag(FLAGS_served_model_name);
+  if (!name.empty()) return name;
+  std::string path = model_path;
+  while (!path.empty() && path.back() == '/') path.pop_back();
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 int RunRouter(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("router");
+  RaiseFileDescriptorLimit();
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("router", metrics_server.status());
   metrics::RouterMetrics router_metrics((*metrics_server)->registry());
@@ -130,8 +172,8 @@ int RunRouter(const std::vector<std::string>&) {
   popts.kind = PoolKind::kDecode;
   popts.targets = absl::GetFlag(FLAGS_decode_workers);
   WorkerPool decode(popts);
-  GenerationCore core(options, *model, std::move(tokenizer), &prefill,
-                      &decode, &router_metrics);
+  GenerationCore core(options, *model, std::move(tokenizer), &prefill, &decode,
+                      &router_metrics);
   GenerationService service(&core);
 
   TlsFiles public_tls;
@@ -149,10 +191,44 @@ int RunRouter(const std::vector<std::string>&) {
   so.services = {&service};
   auto server = StartServer(so);
   if (!server.ok()) return FailWith("router", server.status());
+
+  // The OpenAI-compatible HTTP API: another front door to the same core.
+  openai::ApiOptions api_options;
+  api_options.served_model_name = ServedModelName(model_path);
+  api_options.created = absl::ToUnixSeconds(absl::Now());
+  openai::OpenAiApi api(&core, &router_metrics, api_options);
+  std::unique_ptr<http::Server> http_server;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port != 0) {
+    http::ServerOptions ho;
+    ho.host = absl::GetFlag(FLAGS_host);
+    ho.port = http_port < 0 ? 0 : http_port;
+    ho.threads = std::max(1, absl::GetFlag(FLAGS_http_threads));
+    ho.max_body_bytes = static_cast<size_t>(
+        std::max<int64_t>(1, absl::GetFlag(FLAGS_http_max_body_bytes)));
+    ho.idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout);
+    ho.request_timeout = absl::GetFlag(FLAGS_http_request_timeout);
+    auto started = http::Server::Start(
+        ho, [&api](http::Request request, std::shared_ptr<http::Responder> r) {
+          api.Handle(std::move(request), std::move(r));
+        });
+    if (!started.ok()) return FailWith("router", started.status());
+    http_server = *std::move(started);
+    AnnounceHttpPort(http_server->port());
+    std::printf("pdserve router HTTP (OpenAI API) on http://%s:%d/v1\n",
+                ho.host.c_str(), http_server->port());
+  }
   GenerationCore* c = &core;
+  http::Server* h = http_server.get();
   const int rc = ServeUntilTerminated(
       *server->server, server->port, "router",
-      {[c] { c->StartDraining(); }, [c] { return c->in_flight(); }});
+      {[c, h] {
+         c->StartDraining();
+         if (h != nullptr) h->StartDraining();
+       },
+       [c, h] {
+         return c->in_flight() + (h != nullptr ? h->active_requests() : 0);
+       }});
+  if (http_server != nullptr) http_server->Stop();
   ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;
 }
@@ -160,8 +236,8 @@ int RunRouter(const std::vector<std::string>&) {
 PDSERVE_SUBCOMMAND(
     "router", "run the router (public Generation API, gRPC)",
     "pdserve router --prefill_workers=h:p,... --decode_workers=h:p,... "
-    "[--port=50051] [--mode=disaggregated|colocated|auto] [--tls_cert "
-    "--tls_key]",
+    "[--port=50051] [--http_port=8000] [--mode=disaggregated|colocated|auto] "
+    "[--tls_cert --tls_key]",
     RunRouter);
 
 }  // namespace

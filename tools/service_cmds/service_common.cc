@@ -46,6 +46,7 @@ namespace {
 
 // The bound metrics port (0: not served), for the port file.
 std::atomic<int> g_metrics_port{0};
+std::atomic<int> g_http_port{0};
 
 }  // namespace
 
@@ -85,6 +86,9 @@ int ServeUntilTerminated(grpc::Server& server, int port,
       out << port << "\n";
       if (const int mp = g_metrics_port.load(); mp > 0) {
         out << "metrics=" << mp << "\n";
+      }
+      if (const int hp = g_http_port.load(); hp > 0) {
+        out << "http=" << hp << "\n";
       }
     }
     std::rename(tmp.c_str(), port_file.c_str());
@@ -168,6 +172,8 @@ StartMetricsFromFlags() {
   }
   return server;
 }
+
+void AnnounceHttpPort(int port) { g_http_port.store(port); }
 
 void ReleaseMetricsServerAtExit(
     std::unique_ptr<metrics::MetricsServer> server) {

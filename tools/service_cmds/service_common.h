@@ -64,6 +64,10 @@ absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromFlags(
 // --port_file (second line "metrics=PORT").
 absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> StartMetricsFromFlags();
 
+// The router's HTTP port, written to the --port_file as "http=PORT" (call
+// before ServeUntilTerminated).
+void AnnounceHttpPort(int port);
+
 // Call when the role has stopped serving, just before the process exits:
 // the exporter is not stopped (civetweb takes ~2 s to join its threads after
 // a scrape), so that SIGTERM exits promptly; the OS reclaims it at exit.

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -26,6 +27,8 @@
 #include "tools/common_flags.h"
 #include "tools/service_cmds/service_common.h"
 #include "tools/subcommand.h"
+
+ABSL_DECLARE_FLAG(int32_t, http_port);
 
 ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
 ABSL_FLAG(std::string, demo_prompt, "",
@@ -49,6 +52,7 @@ struct Child {
   std::string port_file;
   int port = 0;
   int metrics_port = 0;  // from the port file's "metrics=PORT" line
+  int http_port = 0;     // the router's "http=PORT" line
   Subprocess proc;
 };
 
@@ -109,6 +113,8 @@ absl::Status WaitForPort(Child& child, absl::Time deadline) {
         absl::string_view rest = text;
         if (absl::ConsumePrefix(&rest, "metrics=")) {
           (void)absl::SimpleAtoi(rest, &child.metrics_port);
+        } else if (absl::ConsumePrefix(&rest, "http=")) {
+          (void)absl::SimpleAtoi(rest, &child.http_port);
         }
       }
       return absl::OkStatus();
@@ -201,6 +207,8 @@ int RunUp(const std::vector<std::string>&) {
     const int port = absl::GetFlag(FLAGS_port);
     flags.push_back(absl::StrCat("--port=", port < 0 ? 50051 : port));
     flags.push_back(absl::StrCat("--mode=", mode));
+    flags.push_back(
+        absl::StrCat("--http_port=", absl::GetFlag(FLAGS_http_port)));
     if (!p_targets.empty()) {
       flags.push_back(
           absl::StrCat("--prefill_workers=", absl::StrJoin(p_targets, ",")));
@@ -259,6 +267,11 @@ int RunUp(const std::vector<std::string>&) {
   std::printf("pdserve up: router listening on %s (mode %s, pid %d)%s\n",
               router_addr.c_str(), mode.c_str(), router.proc.pid(),
               metrics_of(router).c_str());
+  if (router.http_port > 0) {
+    std::printf(
+        "pdserve up: OpenAI-compatible HTTP API on http://127.0.0.1:%d/v1\n",
+        router.http_port);
+  }
   for (Child& c : children) {
     if (&c == &router) continue;
     std::printf("pdserve up:   %-9s 127.0.0.1:%d (pid %d)%s\n", c.name.c_str(),
@@ -333,7 +346,7 @@ PDSERVE_SUBCOMMAND("up",
                    "run a local cluster (router + prefill + decode workers) as "
                    "child processes",
                    "pdserve up [--model=models/stories260K] [--prefill=1] "
-                   "[--decode=1] [--port=50051] "
+                   "[--decode=1] [--port=50051] [--http_port=8000] "
                    "[--mode=disaggregated|colocated|auto] "
                    "[--demo_prompt=\"Once upon a time\"]",
                    RunUp);

@@ -1,0 +1,249 @@
+#include "router/http/openai_api.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "router/http/openai_job.h"
+#include "router/http/openai_request.h"
+#include "router/http/openai_response.h"
+
+namespace pdserve::openai {
+
+namespace v1 = ::pdserve::v1;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kKnownPaths[] = {"/v1/chat/completions",
+                                       "/v1/completions",
+                                       "/v1/models",
+                                       "/health",
+                                       "/tokenize",
+                                       "/detokenize"};
+
+// The JSON body, or an answered 400.
+std::optional<json> ParseBody(const http::Request& request,
+                              http::Responder& responder, int* status) {
+  if (request.body.empty()) {
+    *status = 400;
+    SendError(responder, 400, "the request body is empty: send a JSON object");
+    return std::nullopt;
+  }
+  try {
+    // nlohmann rejects invalid UTF-8 in strings.
+    return json::parse(request.body);
+  } catch (const json::parse_error& e) {
+    *status = 400;
+    SendError(responder, 400,
+              absl::StrCat("the request body is not valid JSON: ", e.what()));
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+OpenAiApi::OpenAiApi(GenerationCore* core, metrics::RouterMetrics* metrics,
+                     ApiOptions options)
+    : core_(core), metrics_(metrics), options_(std::move(options)) {}
+
+void OpenAiApi::Handle(http::Request request,
+                       std::shared_ptr<http::Responder> responder) {
+  const std::string& path = request.path;
+  std::string endpoint = "other";
+  for (const char* known : kKnownPaths) {
+    if (path == known) endpoint = known;
+  }
+  const bool post = request.method == "POST";
+  const bool get = request.method == "GET";
+  auto wrong_method = [&](const char* allowed) {
+    metrics_->CountHttpRequest(endpoint, 405);
+    responder->Send(405, "application/json",
+                    DumpJson(ErrorJson(
+                        405, absl::StrCat(request.method, " ", path,
+                                          " is not allowed; use ", allowed))),
+                    {{"Allow", allowed}});
+  };
+  if (endpoint == "other") {
+    metrics_->CountHttpRequest(endpoint, 404);
+    SendError(*responder, 404,
+              absl::StrCat("no such endpoint: ", request.method, " ", path));
+    return;
+  }
+  if (endpoint == "/v1/chat/completions" || endpoint == "/v1/completions") {
+    if (!post) return wrong_method("POST");
+    return Generate(request, std::move(responder),
+                    endpoint == "/v1/chat/completions");
+  }
+  if (endpoint == "/v1/models") {
+    if (!get) return wrong_method("GET");
+    return Models(request, *responder);
+  }
+  if (endpoint == "/health") {
+    if (!get) return wrong_method("GET");
+    return Health(*responder);
+  }
+  if (endpoint == "/tokenize") {
+    if (!post) return wrong_method("POST");
+    return Tokenize(request, *responder);
+  }
+  if (!post) return wrong_method("POST");
+  Detokenize(request, *responder);
+}
+
+void OpenAiApi::Models(const http::Request&, http::Responder& responder) {
+  json model = {{"id", options_.served_model_name},
+                {"object", "model"},
+                {"created", options_.created},
+                {"owned_by", "pdserve"},
+                {"root", core_->model().name},
+                {"parent", nullptr},
+                {"max_model_len", core_->model().max_context}};
+  metrics_->CountHttpRequest("/v1/models", 200);
+  responder.Send(200, "application/json",
+                 DumpJson(json{{"object", "list"},
+                               {"data", json::array({std::move(model)})}}));
+}
+
+void OpenAiApi::Health(http::Responder& responder) {
+  const v1::GetModelInfoResponse info = core_->ModelInfo();
+  const bool prefill_ok = info.num_prefill_workers() > 0 ||
+                          core_->options().mode != RouterMode::kDisaggregated;
+  const bool ok = info.num_decode_workers() > 0 && prefill_ok;
+  const int status = ok ? 200 : 503;
+  metrics_->CountHttpRequest("/health", status);
+  json body = {{"status", ok ? "ok" : "unavailable"},
+               {"prefill_workers", info.num_prefill_workers()},
+               {"decode_workers", info.num_decode_workers()}};
+  responder.Send(status, "application/json", DumpJson(body));
+}
+
+void OpenAiApi::Tokenize(const http::Request& request,
+                         http::Responder& responder) {
+  int status = 200;
+  auto body = ParseBody(request, responder, &status);
+  if (!body.has_value()) {
+    metrics_->CountHttpRequest("/tokenize", status);
+    return;
+  }
+  auto fail = [&](int code, const std::string& message,
+                  const std::string& param) {
+    metrics_->CountHttpRequest("/tokenize", code);
+    SendError(responder, code, message, param);
+  };
+  if (!body->is_object())
+    return fail(400, "the body must be a JSON object", "");
+  v1::TokenizeRequest req;
+  if (body->contains("messages")) {
+    // The chat shape: render like /v1/chat/completions would.
+    RequestError error;
+    json chat_body = *body;
+    auto parsed = ParseChatRequest(chat_body, &error);
+    if (!parsed.has_value()) {
+      return fail(400, std::string(error.status.message()), error.param);
+    }
+    *req.mutable_chat() = parsed->prompts[0].chat();
+  } else if (body->contains("prompt")) {
+    if (!(*body)["prompt"].is_string()) {
+      return fail(400, "'prompt' must be a string", "prompt");
+    }
+    req.set_text((*body)["prompt"].get<std::string>());
+  } else {
+    return fail(400, "give 'prompt' or 'messages'", "prompt");
+  }
+  if (body->contains("add_special_tokens")) {
+    if (!(*body)["add_special_tokens"].is_boolean()) {
+      return fail(400, "'add_special_tokens' must be a boolean",
+                  "add_special_tokens");
+    }
+    req.set_add_special_tokens((*body)["add_special_tokens"].get<bool>());
+  }
+  auto result = core_->Tokenize(req);
+  if (!result.ok()) {
+    return fail(HttpStatusFor(result.status().code()),
+                std::string(result.status().message()), "");
+  }
+  json out = {{"count", result->ids_size()},
+              {"max_model_len", core_->model().max_context},
+              {"tokens", json(std::vector<int32_t>(result->ids().begin(),
+                                                   result->ids().end()))},
+              {"token_strs", nullptr}};
+  metrics_->CountHttpRequest("/tokenize", 200);
+  responder.Send(200, "application/json", DumpJson(out));
+}
+
+void OpenAiApi::Detokenize(const http::Request& request,
+                           http::Responder& responder) {
+  int status = 200;
+  auto body = ParseBody(request, responder, &status);
+  if (!body.has_value()) {
+    metrics_->CountHttpRequest("/detokenize", status);
+    return;
+  }
+  auto fail = [&](int code, const std::string& message) {
+    metrics_->CountHttpRequest("/detokenize", code);
+    SendError(responder, code, message, code == 400 ? "tokens" : "");
+  };
+  if (!body->is_object() || !body->contains("tokens") ||
+      !(*body)["tokens"].is_array()) {
+    return fail(400, "'tokens' must be a list of token ids");
+  }
+  std::vector<int32_t> ids;
+  for (const json& id : (*body)["tokens"]) {
+    if (!id.is_number_integer()) {
+      return fail(400, "'tokens' must be a list of token ids");
+    }
+    ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+  }
+  if (core_->tokenizer() == nullptr) {
+    return fail(400, "this router has no tokenizer");
+  }
+  auto text = core_->tokenizer()->Decode(ids, /*skip_special_tokens=*/false);
+  if (!text.ok()) return fail(400, std::string(text.status().message()));
+  metrics_->CountHttpRequest("/detokenize", 200);
+  responder.Send(200, "application/json", DumpJson(json{{"prompt", *text}}));
+}
+
+void OpenAiApi::Generate(const http::Request& request,
+                         std::shared_ptr<http::Responder> responder,
+                         bool chat) {
+  const std::string endpoint =
+      chat ? "/v1/chat/completions" : "/v1/completions";
+  int status = 200;
+  auto body = ParseBody(request, *responder, &status);
+  if (!body.has_value()) {
+    metrics_->CountHttpRequest(endpoint, status);
+    return;
+  }
+  RequestError error;
+  std::optional<ParsedRequest> parsed =
+      chat ? ParseChatRequest(*body, &error)
+           : ParseCompletionRequest(*body, &error);
+  if (!parsed.has_value()) {
+    metrics_->CountHttpRequest(endpoint, 400);
+    SendError(*responder, 400, std::string(error.status.message()),
+              error.param);
+    return;
+  }
+  if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
+    metrics_->CountHttpRequest(endpoint, 404);
+    SendError(*responder, 404,
+              absl::StrCat("The model `", parsed->model,
+                           "` does not exist; this server serves `",
+                           options_.served_model_name, "`"),
+              "model", "model_not_found");
+    return;
+  }
+  if (!chat && parsed->echo && parsed->logprobs) {
+    metrics_->CountHttpRequest(endpoint, 400);
+    SendError(*responder, 400,
+              "'echo' with 'logprobs' is not supported (prompt logprobs are "
+              "not computed)",
+              "echo");
+    return;
+  }
+  auto job = std::make_shared<GenerationJob>(this, *std::move(parsed),
+                                             std::move(responder), endpoint);
+  job->Start();
+}
+
+}  // namespace pdserve::openai

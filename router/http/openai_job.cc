@@ -1,0 +1,347 @@
+#include "router/http/openai_job.h"
+
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "router/http/openai_api.h"
+#include "router/http/openai_response.h"
+
+namespace pdserve::openai {
+
+namespace v1 = ::pdserve::v1;
+using nlohmann::json;
+
+namespace {
+
+int64_t CodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+uint64_t RandomU64() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return rng();
+}
+
+}  // namespace
+
+// Forwards one choice's messages to the job.
+class GenerationJob::ChoiceSink : public ResponseSink {
+ public:
+  ChoiceSink(std::shared_ptr<GenerationJob> job, int choice)
+      : job_(std::move(job)), choice_(choice) {}
+  bool Write(const v1::GenerateResponse& msg) override {
+    return job_->OnMessage(choice_, msg);
+  }
+  void Finish(const RequestEnd& end) override { job_->OnFinish(choice_, end); }
+
+ private:
+  const std::shared_ptr<GenerationJob> job_;
+  const int choice_;
+};
+
+GenerationJob::GenerationJob(const OpenAiApi* api, ParsedRequest parsed,
+                             std::shared_ptr<http::Responder> responder,
+                             std::string endpoint)
+    : api_(api),
+      parsed_(std::move(parsed)),
+      responder_(std::move(responder)),
+      endpoint_(std::move(endpoint)),
+      chat_(parsed_.endpoint == Endpoint::kChat) {
+  id_ = absl::StrFormat("%s-%016x%08x", chat_ ? "chatcmpl" : "cmpl",
+                        RandomU64(), static_cast<uint32_t>(RandomU64()));
+  created_ = absl::ToUnixSeconds(absl::Now());
+  base_seed_ = parsed_.seed.has_value() ? *parsed_.seed : RandomU64();
+  fingerprint_ = api_->core()->ModelInfo().fingerprint();
+  absl::MutexLock lock(&mu_);
+  const Tokenizer* tok = api_->core()->tokenizer();
+  for (size_t p = 0; p < parsed_.prompts.size(); ++p) {
+    std::optional<std::string> echo;
+    if (parsed_.echo) {
+      if (parsed_.prompt_texts[p].has_value()) {
+        echo = *parsed_.prompt_texts[p];
+      } else if (tok != nullptr && parsed_.prompts[p].has_token_ids()) {
+        const auto& ids = parsed_.prompts[p].token_ids().ids();
+        auto text =
+            tok->Decode(std::vector<int32_t>(ids.begin(), ids.end()), false);
+        if (text.ok()) echo = *text;
+      }
+    }
+    echo_.push_back(std::move(echo));
+    for (int i = 0; i < parsed_.n; ++i) {
+      Choice c;
+      c.prompt = static_cast<int>(p);
+      c.index = static_cast<int>(p) * parsed_.n + i;
+      c.logprobs =
+          chat_ ? json{{"content", json::array()}} : EmptyCompletionLogprobs();
+      choices_.push_back(std::move(c));
+    }
+  }
+  remaining_ = static_cast<int>(choices_.size());
+}
+
+void GenerationJob::Start() {
+  std::weak_ptr<GenerationJob> weak = shared_from_this();
+  responder_->SetOnClientGone([weak] {
+    if (auto job = weak.lock()) job->ClientGone();
+  });
+  std::vector<int> first;
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t c = 0; c < choices_.size(); c += parsed_.n) {
+      first.push_back(static_cast<int>(c));
+    }
+  }
+  Launch(first);
+}
+
+void GenerationJob::Launch(const std::vector<int>& choices) {
+  for (int c : choices) {
+    v1::GenerateRequest request;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_ || choices_[c].launched) continue;
+      choices_[c].launched = true;
+      request = parsed_.prompts[choices_[c].prompt];
+    }
+    const int i = c % parsed_.n;
+    request.set_request_id(absl::StrCat(id_, "-", c));
+    request.mutable_sampling()->set_seed(ChoiceSeed(base_seed_, i));
+    auto handle = api_->core()->Generate(
+        request, absl::InfiniteFuture(),
+        std::make_shared<ChoiceSink>(shared_from_this(), c));
+    bool cancel = false;
+    {
+      absl::MutexLock lock(&mu_);
+      choices_[c].handle = handle;
+      cancel = finished_ && !choices_[c].done;
+    }
+    if (cancel) handle->Cancel();
+  }
+}
+
+std::vector<int> GenerationJob::SiblingsToLaunch(int c) {
+  std::vector<int> out;
+  if (c % parsed_.n != 0) return out;
+  for (int i = 1; i < parsed_.n; ++i) {
+    if (!choices_[c + i].launched) out.push_back(c + i);
+  }
+  return out;
+}
+
+json GenerationJob::ChunkHead() const {
+  json head = {{"id", id_},
+               {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+               {"created", created_},
+               {"model", api_->options().served_model_name},
+               {"system_fingerprint", fingerprint_}};
+  return head;
+}
+
+void GenerationJob::StartStreamLocked() {
+  if (streaming_) return;
+  streaming_ = true;
+  api_->metrics()->CountHttpRequest(endpoint_, 200);
+  responder_->StartStream(
+      200, "text/event-stream",
+      {{"Cache-Control", "no-cache"}, {"X-Accel-Buffering", "no"}});
+}
+
+bool GenerationJob::SendEvent(const json& data) {
+  return responder_->SendChunk(absl::StrCat("data: ", DumpJson(data), "\n\n"));
+}
+
+bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
+  std::vector<int> launch;
+  bool alive = true;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return false;
+    Choice& choice = choices_[c];
+    const Tokenizer* tok = api_->core()->tokenizer();
+    std::string text = msg.text();
+    const bool first = !choice.sent_any;
+    choice.sent_any = true;
+    if (first && echo_[choice.prompt].has_value()) {
+      text = *echo_[choice.prompt] + text;
+    }
+    json logprobs_delta;
+    if (parsed_.logprobs) {
+      logprobs_delta =
+          chat_ ? json{{"content", json::array()}} : EmptyCompletionLogprobs();
+      int64_t offset =
+          choice.text_chars + (first && echo_[choice.prompt].has_value()
+                                   ? CodePoints(*echo_[choice.prompt])
+                                   : 0);
+      for (const v1::GeneratedToken& t : msg.tokens()) {
+        if (chat_) {
+          json entry = ChatLogprob(tok, t, parsed_.tokens_as_ids);
+          logprobs_delta["content"].push_back(entry);
+          choice.logprobs["content"].push_back(std::move(entry));
+        } else {
+          AppendCompletionLogprob(tok, t, parsed_.tokens_as_ids, offset,
+                                  &logprobs_delta);
+          AppendCompletionLogprob(tok, t, parsed_.tokens_as_ids, offset,
+                                  &choice.logprobs);
+          offset += CodePoints(TokenText(tok, t.id(), /*as_id=*/false));
+        }
+      }
+    }
+    choice.text += text;
+    choice.text_chars += CodePoints(text);
+    if (msg.finished()) {
+      choice.finish_reason = OpenAiFinishReason(msg.finish_reason());
+      choice.prompt_tokens = msg.usage().prompt_tokens();
+      choice.completion_tokens = msg.usage().completion_tokens();
+    }
+    if (parsed_.stream) {
+      StartStreamLocked();
+      json chunk = ChunkHead();
+      json entry = {{"index", choice.index}};
+      if (chat_) {
+        if (first) {
+          json role = chunk;
+          role["choices"] =
+              json::array({{{"index", choice.index},
+                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                            {"logprobs", nullptr},
+                            {"finish_reason", nullptr}}});
+          if (parsed_.include_usage) role["usage"] = nullptr;
+          alive = SendEvent(role);
+        }
+        entry["delta"] =
+            text.empty() ? json::object() : json{{"content", text}};
+      } else {
+        entry["text"] = text;
+      }
+      entry["logprobs"] = parsed_.logprobs ? logprobs_delta : json(nullptr);
+      entry["finish_reason"] =
+          msg.finished() ? json(choice.finish_reason) : json(nullptr);
+      chunk["choices"] = json::array({std::move(entry)});
+      if (parsed_.include_usage) chunk["usage"] = nullptr;
+      // A message without text or tokens (e.g. the final one after the
+      // last token) still carries the finish reason.
+      if (alive && (!text.empty() || msg.tokens_size() > 0 || msg.finished())) {
+        alive = SendEvent(chunk);
+      }
+    }
+    if (first) launch = SiblingsToLaunch(c);
+  }
+  if (!alive) {
+    ClientGone();
+    return false;
+  }
+  Launch(launch);
+  return true;
+}
+
+void GenerationJob::OnFinish(int c, const RequestEnd& end) {
+  std::vector<int> launch;
+  std::vector<std::shared_ptr<RequestHandle>> cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    Choice& choice = choices_[c];
+    if (choice.done) return;
+    choice.done = true;
+    --remaining_;
+    if (finished_) return;
+    if (!end.status.ok()) {
+      Fail(end);
+      cancel = Unfinished();
+    } else if (remaining_ == 0) {
+      Complete();
+    } else {
+      launch = SiblingsToLaunch(c);  // choice c finished without streaming
+    }
+  }
+  // Outside the lock: a cancel may finish its choice inline.
+  for (auto& h : cancel) h->Cancel();
+  Launch(launch);
+}
+
+json GenerationJob::Usage() const {
+  int64_t prompt = 0, completion = 0;
+  for (const Choice& c : choices_) {
+    if (c.index % parsed_.n == 0) prompt += c.prompt_tokens;
+    completion += c.completion_tokens;
+  }
+  return json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion}};
+}
+
+void GenerationJob::Complete() {
+  finished_ = true;
+  if (parsed_.stream) {
+    StartStreamLocked();  // every choice finished without a message
+    if (parsed_.include_usage) {
+      json chunk = ChunkHead();
+      chunk["choices"] = json::array();
+      chunk["usage"] = Usage();
+      SendEvent(chunk);
+    }
+    responder_->SendChunk("data: [DONE]\n\n");
+    responder_->EndStream();
+    return;
+  }
+  json body = ChunkHead();
+  body["object"] = chat_ ? "chat.completion" : "text_completion";
+  json choices = json::array();
+  for (const Choice& c : choices_) {
+    json entry = {{"index", c.index}};
+    if (chat_) {
+      entry["message"] = {{"role", "assistant"}, {"content", c.text}};
+    } else {
+      entry["text"] = c.text;
+    }
+    entry["logprobs"] = parsed_.logprobs ? c.logprobs : json(nullptr);
+    entry["finish_reason"] = c.finish_reason;
+    choices.push_back(std::move(entry));
+  }
+  body["choices"] = std::move(choices);
+  body["usage"] = Usage();
+  api_->metrics()->CountHttpRequest(endpoint_, 200);
+  responder_->Send(200, "application/json", DumpJson(body));
+}
+
+void GenerationJob::Fail(const RequestEnd& end) {
+  finished_ = true;
+  const int status = HttpStatusFor(end.status.code());
+  if (!streaming_) {
+    api_->metrics()->CountHttpRequest(endpoint_, status);
+    SendError(*responder_, status, std::string(end.status.message()), "", "",
+              end.retry_after_ms);
+    return;
+  }
+  SendEvent(ErrorJson(status, std::string(end.status.message())));
+  responder_->SendChunk("data: [DONE]\n\n");
+  responder_->EndStream();
+}
+
+std::vector<std::shared_ptr<RequestHandle>> GenerationJob::Unfinished() {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  for (Choice& c : choices_) {
+    if (c.handle != nullptr && !c.done) handles.push_back(c.handle);
+  }
+  return handles;
+}
+
+void GenerationJob::ClientGone() {
+  std::vector<std::shared_ptr<RequestHandle>> handles;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!finished_) {
+      finished_ = true;
+      api_->metrics()->CountHttpRequest(endpoint_, 499);
+    }
+    handles = Unfinished();
+  }
+  // Outside the lock: a cancel may finish the choice inline.
+  for (auto& h : handles) h->Cancel();
+}
+
+}  // namespace pdserve::openai

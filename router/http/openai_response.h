@@ -1,0 +1,66 @@
+// OpenAI response shapes shared by the API's handlers: the error body
+// {"error": {"message", "type", "param", "code"}} with the HTTP status of a
+// pipeline status code, finish reasons, and per-token logprob entries in the
+// chat and the (legacy) completions shapes. Stateless: thread-safe.
+#ifndef PDSERVE_ROUTER_HTTP_OPENAI_RESPONSE_H_
+#define PDSERVE_ROUTER_HTTP_OPENAI_RESPONSE_H_
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "common/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "pdserve/v1/generate.pb.h"
+#include "router/http/http_server.h"
+
+namespace pdserve::openai {
+
+// JSON text of `j`; invalid UTF-8 (a token's partial character) becomes
+// U+FFFD instead of an exception.
+std::string DumpJson(const nlohmann::json& j);
+
+// 400 INVALID_ARGUMENT (and FAILED_PRECONDITION, OUT_OF_RANGE), 404
+// NOT_FOUND, 429 RESOURCE_EXHAUSTED, 503 UNAVAILABLE, 504 DEADLINE_EXCEEDED,
+// 499 CANCELLED, 500 the rest.
+int HttpStatusFor(absl::StatusCode code);
+
+// {"error": {"message", "type", "param", "code"}}; empty param/code: null.
+nlohmann::json ErrorJson(int http_status, const std::string& message,
+                         const std::string& param = "",
+                         const std::string& code = "");
+
+// Sends ErrorJson as the whole response (with Retry-After, in whole seconds
+// rounded up, when retry_after_ms is set).
+void SendError(http::Responder& responder, int http_status,
+               const std::string& message, const std::string& param = "",
+               const std::string& code = "",
+               std::optional<int> retry_after_ms = std::nullopt);
+
+// pdserve's finish reason ("length", "stop", "stop_string") in OpenAI's
+// terms ("length" or "stop").
+std::string OpenAiFinishReason(const std::string& reason);
+
+// The text of one token for logprobs: its decoded piece (special tokens
+// included), or "token_id:N" when `as_id` (vLLM's
+// return_tokens_as_token_ids).
+std::string TokenText(const Tokenizer* tokenizer, int32_t id, bool as_id);
+
+// One chat logprobs entry: {"token", "logprob", "bytes", "top_logprobs"}.
+nlohmann::json ChatLogprob(const Tokenizer* tokenizer,
+                           const pdserve::v1::GeneratedToken& token,
+                           bool as_ids);
+
+// Appends one token to a completions logprobs object {"tokens",
+// "token_logprobs", "top_logprobs", "text_offset"}; `offset` is where the
+// token's text starts in the choice's text.
+void AppendCompletionLogprob(const Tokenizer* tokenizer,
+                             const pdserve::v1::GeneratedToken& token,
+                             bool as_ids, int64_t offset,
+                             nlohmann::json* logprobs);
+nlohmann::json EmptyCompletionLogprobs();
+
+}  // namespace pdserve::openai
+
+#endif  // PDSERVE_ROUTER_HTTP_OPENAI_RESPONSE_H_

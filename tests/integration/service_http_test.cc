@@ -1,0 +1,390 @@
+// The router's OpenAI-compatible HTTP API against a real cluster (router +
+// prefill + decode processes on loopback), spoken to with raw sockets so
+// that the bytes on the wire are checked: output equal to the reference
+// (= gRPC = `pdserve complete`), SSE framing, the error shapes and codes,
+// 429 with Retry-After, clients that disconnect mid-stream (no KV left in
+// use), and malformed or hostile clients (garbage, huge headers, slow-loris)
+// that must not hurt the others.
+#include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/cluster_harness.h"
+#include "tests/integration/http_test_client.h"
+
+namespace pdserve::testing {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// The output ids of a completion sent with return_tokens_as_token_ids.
+std::vector<int32_t> IdsOf(const json& logprob_tokens) {
+  std::vector<int32_t> ids;
+  for (const json& t : logprob_tokens) {
+    const std::string s = t.get<std::string>();
+    ids.push_back(std::stoi(s.substr(std::string("token_id:").size())));
+  }
+  return ids;
+}
+
+class HttpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions o;
+    o.prefill = 1;
+    o.decode = 2;
+    o.router_flags = {"--http_request_timeout=2s", "--http_idle_timeout=5s",
+                      "--http_max_body_bytes=65536"};
+    auto c = Cluster::Start(o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+    port_ = cluster_->router_process().http_port;
+    ASSERT_GT(port_, 0) << "the router announced no HTTP port";
+    cases_ = LoadReferenceCases();
+    ASSERT_FALSE(cases_.empty());
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  static json Post(const std::string& path, const json& body, int want_status) {
+    auto reply = HttpRequest(port_, "POST", path, body.dump());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    if (!reply.ok()) return json();
+    EXPECT_EQ(reply->status, want_status) << reply->body;
+    EXPECT_EQ(reply->Header("Content-Type"), "application/json");
+    return json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
+  }
+
+  static Cluster* cluster_;
+  static int port_;
+  static std::vector<ReferenceCase> cases_;
+};
+Cluster* HttpTest::cluster_ = nullptr;
+int HttpTest::port_ = 0;
+std::vector<ReferenceCase> HttpTest::cases_;
+
+TEST_F(HttpTest, CompletionsReturnTheReferenceIdsAndText) {
+  for (const ReferenceCase& c : cases_) {
+    SCOPED_TRACE(c.prompt);
+    // Token-id prompts: exactly the reference's input.
+    json body = {{"model", "stories260K"},
+                 {"prompt", c.prompt_ids},
+                 {"max_tokens", c.max_new_tokens},
+                 {"temperature", 0},
+                 {"logprobs", 0},
+                 {"return_tokens_as_token_ids", true}};
+    json r = Post("/v1/completions", body, 200);
+    ASSERT_TRUE(r.contains("choices")) << r.dump();
+    EXPECT_EQ(r["object"], "text_completion");
+    EXPECT_TRUE(absl::StartsWith(r["id"].get<std::string>(), "cmpl-"));
+    EXPECT_EQ(IdsOf(r["choices"][0]["logprobs"]["tokens"]), c.output_ids);
+    EXPECT_EQ(r["usage"]["prompt_tokens"], c.prompt_ids.size());
+    EXPECT_EQ(r["usage"]["completion_tokens"], c.output_ids.size());
+    EXPECT_EQ(r["usage"]["total_tokens"],
+              c.prompt_ids.size() + c.output_ids.size());
+    // The same over gRPC, text for text.
+    auto g = RunGenerate(cluster_->router(),
+                         IdsRequest(c.prompt_ids, c.max_new_tokens),
+                         absl::Seconds(60));
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(r["choices"][0]["text"], g->text);
+  }
+}
+
+TEST_F(HttpTest, StreamingIsByteExactSseAndEqualsTheWholeResponse) {
+  const ReferenceCase& c = cases_[0];
+  json body = {{"prompt", c.prompt_ids},
+               {"max_tokens", c.max_new_tokens},
+               {"temperature", 0},
+               {"stream", true},
+               {"stream_options", {{"include_usage", true}}},
+               {"logprobs", 0},
+               {"return_tokens_as_token_ids", true}};
+  auto reply = HttpRequest(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  EXPECT_EQ(reply->Header("Content-Type"), "text/event-stream");
+  EXPECT_EQ(reply->Header("Transfer-Encoding"), "chunked");
+  auto events = ParseSseEvents(reply->body);
+  ASSERT_TRUE(events.ok()) << events.status() << "\n" << reply->body;
+  ASSERT_GE(events->size(), 3u);
+  EXPECT_EQ(events->back(), "[DONE]");
+  std::string text;
+  std::vector<int32_t> ids;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events->size(); ++i) {
+    json chunk = json::parse((*events)[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    EXPECT_TRUE(chunk["usage"].is_null());
+    const json& choice = chunk["choices"][0];
+    text += choice["text"].get<std::string>();
+    for (int32_t id : IdsOf(choice["logprobs"]["tokens"])) ids.push_back(id);
+    if (!choice["finish_reason"].is_null()) {
+      EXPECT_TRUE(finish.empty()) << "two finish reasons";
+      finish = choice["finish_reason"];
+    }
+  }
+  EXPECT_EQ(ids, c.output_ids);
+  EXPECT_FALSE(finish.empty());
+  json usage_chunk = json::parse((*events)[events->size() - 2]);
+  EXPECT_TRUE(usage_chunk["choices"].empty());
+  EXPECT_EQ(usage_chunk["usage"]["completion_tokens"], c.output_ids.size());
+  // The whole (non-streamed) response has the same text.
+  body.erase("stream");
+  body.erase("stream_options");
+  json whole = Post("/v1/completions", body, 200);
+  EXPECT_EQ(whole["choices"][0]["text"], text);
+}
+
+TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {
+  json r = Post("/v1/completions",
+                {{"prompt", ""},
+                 {"max_tokens", 8},
+                 {"temperature", 0},
+                 {"logprobs", 0},
+                 {"return_tokens_as_token_ids", true}},
+                200);
+  ASSERT_TRUE(r.contains("usage")) << r.dump();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 1);  // BOS
+  json from_bos = Post("/v1/completions",
+                       {{"prompt", json::array({1})},
+                        {"max_tokens", 8},
+                        {"temperature", 0},
+                        {"logprobs", 0},
+                        {"return_tokens_as_token_ids", true}},
+                       200);
+  EXPECT_EQ(IdsOf(r["choices"][0]["logprobs"]["tokens"]),
+            IdsOf(from_bos["choices"][0]["logprobs"]["tokens"]));
+}
+
+TEST_F(HttpTest, NChoicesAndSeedsAreSingleRequestsWithDerivedSeeds) {
+  json body = {{"prompt", "Once upon a time"},
+               {"max_tokens", 24},
+               {"temperature", 1.5},
+               {"seed", 41},
+               {"n", 3},
+               {"logprobs", 0},
+               {"return_tokens_as_token_ids", true}};
+  json r = Post("/v1/completions", body, 200);
+  ASSERT_EQ(r["choices"].size(), 3u) << r.dump();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r["choices"][i]["index"], i);
+    json single = body;
+    single["n"] = 1;
+    single["seed"] = 41 + i;
+    json s = Post("/v1/completions", single, 200);
+    EXPECT_EQ(s["choices"][0]["text"], r["choices"][i]["text"]) << i;
+  }
+  // Different seeds: at this temperature the three differ.
+  EXPECT_FALSE(r["choices"][0]["text"] == r["choices"][1]["text"] &&
+               r["choices"][1]["text"] == r["choices"][2]["text"]);
+}
+
+TEST_F(HttpTest, ErrorsHaveTheOpenAiShapeAndStatus) {
+  auto expect_error = [&](const std::string& method, const std::string& path,
+                          const std::string& body, int status,
+                          const std::string& message_part) {
+    SCOPED_TRACE(absl::StrCat(method, " ", path, " ", body.substr(0, 80)));
+    auto reply = HttpRequest(port_, method, path, body);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, status) << reply->body;
+    json e = json::parse(reply->body, nullptr, false);
+    ASSERT_TRUE(e.contains("error")) << reply->body;
+    for (const char* key : {"message", "type", "param", "code"}) {
+      EXPECT_TRUE(e["error"].contains(key)) << key;
+    }
+    EXPECT_THAT(e["error"]["message"].get<std::string>(),
+                HasSubstr(message_part));
+  };
+  expect_error("POST", "/v1/completions",
+               R"({"model": "gpt-4", "prompt": "hi"})", 404, "gpt-4");
+  // The pipeline's own messages, as gRPC gives them.
+  expect_error("POST", "/v1/completions",
+               R"({"prompt": "hi", "temperature": -1})", 400,
+               "temperature must be >= 0");
+  expect_error(
+      "POST", "/v1/completions",
+      json{{"prompt", std::string(3000, 'a')}, {"max_tokens", 10}}.dump(), 400,
+      "exceeds the model context");
+  expect_error("GET", "/v1/nothing", "", 404, "no such endpoint");
+  expect_error("GET", "/v1/completions", "", 405, "not allowed");
+  expect_error("POST", "/v1/completions", "{not json", 400, "not valid JSON");
+  expect_error("POST", "/v1/completions", R"({"prompt": 5})", 400, "'prompt'");
+  expect_error("POST", "/v1/completions",
+               R"({"prompt": "hi", "max_tokens": "x"})", 400,
+               "'max_tokens' must be an integer");
+  expect_error("POST", "/v1/completions", "{\"prompt\": \"\xff\xfe\"}", 400,
+               "not valid JSON");
+  expect_error("POST", "/v1/completions", R"({"prompt": "hi", "suffix": "x"})",
+               400, "'suffix' is not supported");
+  expect_error("POST", "/v1/completions",
+               R"({"prompt": "hi", "logit_bias": {"5": 1}})", 400,
+               "'logit_bias' is not supported");
+  expect_error(
+      "POST", "/v1/chat/completions",
+      R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}})",
+      400, "'response_format' is not supported");
+  expect_error("POST", "/v1/completions",
+               json{{"prompt", std::string(70000, 'a')}}.dump(), 413,
+               "over the limit");
+}
+
+TEST_F(HttpTest, ModelsAndHealth) {
+  auto models = HttpRequest(port_, "GET", "/v1/models");
+  ASSERT_TRUE(models.ok());
+  json m = json::parse(models->body);
+  EXPECT_EQ(m["data"][0]["id"], "stories260K");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 512);
+  auto health = HttpRequest(port_, "GET", "/health");
+  ASSERT_TRUE(health.ok());
+  EXPECT_EQ(health->status, 200) << health->body;
+}
+
+TEST_F(HttpTest, DisconnectsMidStreamLeaveNoKvInUse) {
+  std::mt19937 rng(7);
+  std::vector<std::thread> threads;
+  std::atomic<int> cut{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, seed = rng()] {
+      std::mt19937 r(seed);
+      for (int i = 0; i < 25; ++i) {
+        auto conn = RawHttpConnection::Connect(port_);
+        if (!conn.ok()) continue;
+        json body = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 200},
+                     {"ignore_eos", true},
+                     {"stream", true}};
+        const std::string b = body.dump();
+        (void)conn->SendBytes(absl::StrCat(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: ",
+            b.size(), "\r\n\r\n", b));
+        // Read a random amount (possibly nothing), then close.
+        const int reads = std::uniform_int_distribution<int>(0, 6)(r);
+        for (int k = 0; k < reads; ++k) {
+          (void)conn->ReadSome(std::uniform_int_distribution<int>(1, 400)(r),
+                               absl::Milliseconds(500));
+        }
+        conn->Close();
+        cut.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(cut.load(), 100);
+  absl::Status no_kv = cluster_->WaitForNoKvInUse(absl::Seconds(20));
+  EXPECT_TRUE(no_kv.ok()) << no_kv;
+  // The cluster keeps serving.
+  json r =
+      Post("/v1/completions", {{"prompt", "The dog"}, {"max_tokens", 5}}, 200);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5);
+}
+
+TEST_F(HttpTest, BadClientsAreAnsweredOrCutOffAndOthersUnaffected) {
+  std::atomic<bool> stop{false};
+  std::atomic<int> good{0}, bad{0};
+  // A well-behaved client keeps asking while the others misbehave.
+  std::thread well_behaved([&] {
+    while (!stop.load()) {
+      auto r = HttpRequest(port_, "POST", "/v1/completions",
+                           R"({"prompt": "Tom", "max_tokens": 3})",
+                           absl::Seconds(20));
+      (r.ok() && r->status == 200 ? good : bad).fetch_add(1);
+    }
+  });
+  std::mt19937 rng(11);
+  // Random bytes.
+  for (int i = 0; i < 20; ++i) {
+    auto conn = RawHttpConnection::Connect(port_);
+    ASSERT_TRUE(conn.ok());
+    std::string junk(std::uniform_int_distribution<int>(1, 3000)(rng), '\0');
+    for (char& ch : junk) ch = static_cast<char>(rng());
+    (void)conn->SendBytes(junk + "\r\n\r\n");
+    auto reply = conn->ReadReply(absl::Seconds(5));
+    if (reply.ok()) {
+      EXPECT_GE(reply->status, 400) << reply->raw.substr(0, 200);
+      EXPECT_LT(reply->status, 500);
+    } else {
+      EXPECT_TRUE(conn->WaitForClose(absl::Seconds(5)));
+    }
+  }
+  // A 1 MB header: 431, connection closed.
+  {
+    auto conn = RawHttpConnection::Connect(port_);
+    ASSERT_TRUE(conn.ok());
+    (void)conn->SendBytes(absl::StrCat("GET /v1/models HTTP/1.1\r\nX-Big: ",
+                                       std::string(1 << 20, 'a'), "\r\n\r\n"));
+    auto reply = conn->ReadReply(absl::Seconds(10));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->status, 431);
+  }
+  // A truncated request (body shorter than Content-Length): cut off at the
+  // request timeout (2 s here).
+  {
+    auto conn = RawHttpConnection::Connect(port_);
+    ASSERT_TRUE(conn.ok());
+    (void)conn->SendBytes(
+        "POST /v1/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{\"pro");
+    EXPECT_TRUE(conn->WaitForClose(absl::Seconds(10)));
+  }
+  // Slow-loris: header bytes trickling in; cut off after the request
+  // timeout, while the other client was served all along.
+  {
+    auto conn = RawHttpConnection::Connect(port_);
+    ASSERT_TRUE(conn.ok());
+    const absl::Time start = absl::Now();
+    bool closed = false;
+    for (int i = 0; i < 40 && !closed; ++i) {
+      closed = !conn->SendBytes("X-A: b\r\n").ok() ||
+               conn->WaitForClose(absl::Milliseconds(250));
+    }
+    EXPECT_TRUE(closed);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  }
+  stop.store(true);
+  well_behaved.join();
+  EXPECT_GT(good.load(), 0);
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(HttpOverloadTest, RouterFullGives429WithRetryAfter) {
+  ClusterOptions o;
+  o.router_flags = {"--max_in_flight=1", "--admission_queue=0",
+                    "--retry_after_ms=1500"};
+  auto c = Cluster::Start(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const int port = (*c)->router_process().http_port;
+  std::atomic<int> ok{0}, limited{0};
+  std::string retry_after;
+  absl::Mutex mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&] {
+      auto r = HttpRequest(
+          port, "POST", "/v1/completions",
+          R"({"prompt": "Hi", "max_tokens": 100, "ignore_eos": true})");
+      if (!r.ok()) return;
+      if (r->status == 200) ok.fetch_add(1);
+      if (r->status == 429) {
+        limited.fetch_add(1);
+        absl::MutexLock lock(&mu);
+        retry_after = r->Header("Retry-After");
+        EXPECT_THAT(r->body, HasSubstr("router overloaded"));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(limited.load(), 1);
+  EXPECT_EQ(retry_after, "2");  // 1500 ms, in whole seconds rounded up
+}
+
+}  // namespace
+}  // namespace pdserve::testing
