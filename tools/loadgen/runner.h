@@ -1,8 +1,9 @@
-// The run loop of `pdserve bench`: sends a dataset's requests to the router
-// at the times of the arrival process (with an optional concurrency cap) as
-// streaming Generate calls, records every stream, and prints a live progress
-// line. One RunBenchmark call at a time per thread; internally the gRPC
-// callback threads and the dispatching thread share state under a mutex.
+// The run loop of `pdserve bench`: sends a dataset's requests to a backend
+// (the router's gRPC API or an OpenAI-compatible server) at the times of the
+// arrival process (with an optional concurrency cap) as streaming calls,
+// records every stream, and prints a live progress line. One RunBenchmark
+// call at a time per thread; internally the backends' callback threads and
+// the dispatching thread share state under a mutex.
 #ifndef PDSERVE_TOOLS_LOADGEN_RUNNER_H_
 #define PDSERVE_TOOLS_LOADGEN_RUNNER_H_
 
@@ -12,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "pdserve/v1/generate.pb.h"
-#include "tools/loadgen/client.h"
+#include "tools/loadgen/backend.h"
 #include "tools/loadgen/dataset.h"
 #include "tools/loadgen/stats.h"
 
@@ -33,7 +34,7 @@ struct RunOptions {
 // Runs the benchmark; returns one record per dataset request, in dataset
 // order. Failed requests are records with a non-OK status, not an error.
 absl::StatusOr<std::vector<RequestRecord>> RunBenchmark(
-    BenchClient& client, const std::vector<BenchRequest>& requests,
+    BenchBackend& backend, const std::vector<BenchRequest>& requests,
     const RunOptions& options);
 
 }  // namespace pdserve::loadgen

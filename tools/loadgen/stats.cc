@@ -54,6 +54,15 @@ void StreamRecorder::OnUsage(int32_t prompt_tokens, int32_t completion_tokens) {
   usage_completion_tokens_ = completion_tokens;
 }
 
+void StreamRecorder::ReconcileWithUsage() {
+  if (usage_completion_tokens_ > record_.output_tokens &&
+      !record_.chunks.empty()) {
+    record_.chunks.back().tokens +=
+        usage_completion_tokens_ - record_.output_tokens;
+    record_.output_tokens = usage_completion_tokens_;
+  }
+}
+
 void StreamRecorder::OnFinishReason(std::string reason) {
   record_.finish_reason = std::move(reason);
 }

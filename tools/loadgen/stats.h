@@ -73,6 +73,10 @@ class StreamRecorder {
   RequestRecord Finish(double t_s, int32_t status_code, std::string message);
   // Completion tokens from the server's usage (-1 if none was reported).
   int32_t usage_completion_tokens() const { return usage_completion_tokens_; }
+  // For protocols whose messages do not say how many tokens they carry (an
+  // OpenAI SSE chunk is counted as one): when the server's usage reports
+  // more, the difference goes to the last message, so the total is exact.
+  void ReconcileWithUsage();
 
  private:
   RequestRecord record_;

@@ -15,11 +15,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/tokenizer/tokenizer.h"
 #include "common/util/status_macros.h"
 #include "tools/common_flags.h"
 #include "tools/loadgen/arrival.h"
 #include "tools/loadgen/client.h"
 #include "tools/loadgen/dataset.h"
+#include "tools/loadgen/openai_backend.h"
 #include "tools/loadgen/report.h"
 #include "tools/loadgen/runner.h"
 #include "tools/loadgen/stats.h"
@@ -78,6 +80,15 @@ ABSL_FLAG(bool, stop_at_eos, false,
           "bench: let EOS end a request early (default: ignore EOS so every "
           "request produces its max_tokens)");
 ABSL_FLAG(bool, progress, true, "bench: live progress line on stderr");
+ABSL_FLAG(std::string, backend, "grpc",
+          "bench: grpc (the router's --target) or openai (any "
+          "OpenAI-compatible server at --base_url: pdserve's HTTP API, vLLM, "
+          "llama.cpp's server)");
+ABSL_FLAG(std::string, base_url, "http://127.0.0.1:8000/v1",
+          "bench --backend=openai: the API's base URL");
+ABSL_FLAG(std::string, openai_model, "",
+          "bench --backend=openai: the `model` to request (default: the "
+          "first of GET /models)");
 
 namespace pdserve {
 namespace {
@@ -155,18 +166,36 @@ absl::StatusOr<std::vector<loadgen::BenchRequest>> DatasetFromFlags(
   loadgen::SafeTokenRange(model.vocab_size, &o.token_lo, &o.token_hi);
   ASSIGN_OR_RETURN(std::vector<loadgen::BenchRequest> requests,
                    loadgen::BuildDataset(o));
-  // Fail before sending anything when a request cannot fit the context.
+  // Fit every request into the model's context: token-id prompts are cut
+  // to context - max_tokens (and said so); what cannot fit fails now,
+  // before anything is sent.
   if (model.max_context > 0) {
+    int clamped = 0, longest = 0, longest_to = 0;
     for (size_t i = 0; i < requests.size(); ++i) {
-      const auto& r = requests[i];
-      if (r.input_tokens + r.max_tokens > model.max_context) {
+      auto& r = requests[i];
+      if (r.input_tokens + r.max_tokens <= model.max_context) continue;
+      const int room = model.max_context - r.max_tokens;
+      if (r.prompt_ids.empty() || room < 1) {
         return absl::InvalidArgumentError(absl::StrCat(
             "request ", i, " needs ", r.input_tokens, " prompt + ",
             r.max_tokens, " output tokens > the model's context of ",
             model.max_context,
-            " (lower --input_len/--long_input_len/"
-            "--output_len)"));
+            " (lower --input_len/--long_input_len/--output_len)"));
       }
+      if (r.input_tokens > longest) {
+        longest = r.input_tokens;
+        longest_to = room;
+      }
+      r.prompt_ids.resize(room);
+      r.input_tokens = room;
+      ++clamped;
+    }
+    if (clamped > 0) {
+      std::fprintf(stderr,
+                   "[bench] %d of %zu prompts cut to fit the model's context "
+                   "of %d tokens (longest %d -> %d prompt tokens)\n",
+                   clamped, requests.size(), model.max_context, longest,
+                   longest_to);
     }
   }
   return requests;
@@ -174,7 +203,7 @@ absl::StatusOr<std::vector<loadgen::BenchRequest>> DatasetFromFlags(
 
 // Runs one dataset at one rate; `seed` drives the arrival process.
 absl::StatusOr<BenchResult> RunOnce(
-    loadgen::BenchClient& client,
+    loadgen::BenchBackend& client,
     const std::vector<loadgen::BenchRequest>& requests, double rate,
     const std::string& dataset_name, uint64_t seed) {
   loadgen::RunOptions opts;
@@ -254,12 +283,38 @@ absl::Status RunCompare() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<loadgen::BenchBackend>> BackendFromFlags() {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  if (backend == "grpc") {
+    ASSIGN_OR_RETURN(std::unique_ptr<loadgen::BenchClient> client,
+                     loadgen::BenchClient::Connect(
+                         absl::GetFlag(FLAGS_target),
+                         absl::GetFlag(FLAGS_num_channels), absl::Seconds(15)));
+    return std::unique_ptr<loadgen::BenchBackend>(std::move(client));
+  }
+  if (backend != "openai") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown --backend '", backend, "' (grpc or openai)"));
+  }
+  // The OpenAI API does not report the vocabulary: random token-id prompts
+  // take it from the local tokenizer (--tokenizer, or the --model
+  // directory's), which must be the served model's.
+  loadgen::OpenAiBackendOptions o;
+  o.base_url = absl::GetFlag(FLAGS_base_url);
+  o.model = absl::GetFlag(FLAGS_openai_model);
+  std::string tok_path = absl::GetFlag(FLAGS_tokenizer);
+  if (tok_path.empty()) tok_path = absl::GetFlag(FLAGS_model);
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tok, Tokenizer::Load(tok_path));
+  o.vocab_size = tok->vocab_size();
+  ASSIGN_OR_RETURN(std::unique_ptr<loadgen::OpenAiBackend> client,
+                   loadgen::OpenAiBackend::Connect(o, absl::Seconds(15)));
+  return std::unique_ptr<loadgen::BenchBackend>(std::move(client));
+}
+
 absl::Status RunBench() {
   if (!absl::GetFlag(FLAGS_compare).empty()) return RunCompare();
-  ASSIGN_OR_RETURN(std::unique_ptr<loadgen::BenchClient> client,
-                   loadgen::BenchClient::Connect(
-                       absl::GetFlag(FLAGS_target),
-                       absl::GetFlag(FLAGS_num_channels), absl::Seconds(15)));
+  ASSIGN_OR_RETURN(std::unique_ptr<loadgen::BenchBackend> client,
+                   BackendFromFlags());
   ASSIGN_OR_RETURN(loadgen::ModelInfo model,
                    client->GetModelInfo(absl::Seconds(15)));
   std::fprintf(stderr,
@@ -348,7 +403,9 @@ int RunBenchCommand(const std::vector<std::string>& args) {
 
 PDSERVE_SUBCOMMAND(
     "bench", "load generator: latency percentiles, throughput, goodput",
-    "pdserve bench --target=HOST:PORT [--dataset=random|fixed|prefix|mixed | "
+    "pdserve bench [--target=HOST:PORT | --backend=openai "
+    "--base_url=http://HOST:PORT/v1 [--tokenizer=DIR]] "
+    "[--dataset=random|fixed|prefix|mixed | "
     "--dataset_file=F.jsonl] [--num_prompts=N] [--request_rate=R|inf] "
     "[--burstiness=B] [--max_concurrency=C] [--slo_ttft_ms=..] "
     "[--slo_tpot_ms=..] [--slo_e2e_ms=..] [--json_out=F] [--plot=F.svg] "
