@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/grpc_util/raw_proto.h"
 
 namespace pdserve {
 
@@ -20,16 +21,20 @@ namespace {
 // pipeline writes to. It owns itself (self_) until gRPC's OnDone; the
 // pipeline holds it through the sink's shared_ptr, and after OnDone its
 // writes are refused.
-class GenerateReactor final
-    : public grpc::ServerWriteReactor<v1::GenerateResponse>,
-      public ResponseSink {
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+                              public ResponseSink {
  public:
   explicit GenerateReactor(grpc::CallbackServerContext* context)
       : context_(context) {}
 
   void Begin(std::shared_ptr<GenerateReactor> self, GenerationCore* core,
-             const v1::GenerateRequest& request) {
+             const grpc::ByteBuffer& bytes) {
     self_ = self;
+    v1::GenerateRequest request;
+    if (absl::Status parsed = ParseRawProto(bytes, &request); !parsed.ok()) {
+      Finish(RequestEnd{parsed, std::nullopt});
+      return;
+    }
     handle_ = core->Generate(request, absl::FromChrono(context_->deadline()),
                              std::move(self));
   }
@@ -37,11 +42,12 @@ class GenerateReactor final
   // gRPC may run reactions on the thread that starts an operation, so the
   // lock is never held across StartWrite or Finish.
   bool Write(const v1::GenerateResponse& msg) override {
-    const v1::GenerateResponse* start = nullptr;
+    const grpc::ByteBuffer* start = nullptr;
     {
       absl::MutexLock lock(&mu_);
       if (done_ || client_gone_ || finishing_) return false;
-      queue_.push_back(msg);  // deque: the front's address stays valid
+      // deque: the front's address stays valid
+      queue_.push_back(SerializeToByteBuffer(msg));
       if (!writing_) {
         writing_ = true;
         start = &queue_.front();
@@ -68,7 +74,7 @@ class GenerateReactor final
   }
 
   void OnWriteDone(bool ok) override {
-    const v1::GenerateResponse* next = nullptr;
+    const grpc::ByteBuffer* next = nullptr;
     {
       absl::MutexLock lock(&mu_);
       queue_.pop_front();
@@ -116,7 +122,7 @@ class GenerateReactor final
   absl::Mutex mu_;
   std::shared_ptr<GenerateReactor> self_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<RequestHandle> handle_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::GenerateResponse> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<grpc::ByteBuffer> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool client_gone_ ABSL_GUARDED_BY(mu_) = false;
@@ -128,8 +134,8 @@ class GenerateReactor final
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   auto reactor = std::make_shared<GenerateReactor>(context);
   GenerateReactor* raw = reactor.get();
   raw->Begin(std::move(reactor), core_, *request);
@@ -137,12 +143,20 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 }
 
 grpc::ServerUnaryReactor* GenerationService::Tokenize(
-    grpc::CallbackServerContext* context, const v1::TokenizeRequest* request,
-    v1::TokenizeResponse* response) {
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
   auto* reactor = context->DefaultReactor();
-  auto result = core_->Tokenize(*request);
-  if (result.ok()) *response = *std::move(result);
-  reactor->Finish(ToGrpcStatus(result.status()));
+  v1::TokenizeRequest parsed;
+  absl::Status status = ParseRawProto(*request, &parsed);
+  if (status.ok()) {
+    auto result = core_->Tokenize(parsed);
+    if (result.ok()) {
+      *response = SerializeToByteBuffer(*result);
+    } else {
+      status = result.status();
+    }
+  }
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
 

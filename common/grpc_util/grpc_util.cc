@@ -122,14 +122,20 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
       &out.port);
   builder.SetMaxReceiveMessageSize(options.max_receive_bytes);
   builder.SetMaxSendMessageSize(options.max_send_bytes);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port
+  // would silently share it (the kernel splitting clients between two
+  // processes). A taken port must fail instead.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", options.address));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", options.address,
+        ": address already in use or not available (is another process on "
+        "that port? pick another --port, or 0 for any free port)"));
   }
   return out;
 }
