@@ -199,7 +199,7 @@ absl::Status Renderer::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
     case StmtKind::kFor: {
       ASSIGN_OR_RETURN(Value iterable, Eval(*s.expr, *scope));
       ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(iterable));
-      return ExecFor(s, items, 0, scope, out);
+      return ExecFor(s, std::move(items), 0, scope, out);
     }
     case StmtKind::kSet: {
       ASSIGN_OR_RETURN(Value v, Eval(*s.expr, *scope));
@@ -271,7 +271,7 @@ absl::Status Renderer::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
   return absl::OkStatus();
 }
 
-absl::Status Renderer::ExecFor(const Stmt& s, const std::vector<Value>& items,
+absl::Status Renderer::ExecFor(const Stmt& s, std::vector<Value> items,
                                int depth0, const std::shared_ptr<Scope>& scope,
                                std::string* out) {
   auto loop = std::make_shared<LoopData>();
@@ -284,7 +284,7 @@ absl::Status Renderer::ExecFor(const Stmt& s, const std::vector<Value>& items,
       if (Truthy(keep)) loop->items.push_back(item);
     }
   } else {
-    loop->items = items;
+    loop->items = std::move(items);
   }
   if (loop->items.empty()) {
     Flow flow = Flow::kNormal;
@@ -294,10 +294,17 @@ absl::Status Renderer::ExecFor(const Stmt& s, const std::vector<Value>& items,
   loop->stmt = &s;
   loop->scope = scope;
   const Value loop_value = Value::Loop(loop);
+  std::shared_ptr<Scope> iter_scope;
   for (size_t i = 0; i < loop->items.size(); ++i) {
     RETURN_IF_ERROR(Step());
     loop->index0 = i;
-    auto iter_scope = Child(scope);
+    // Each iteration starts with a fresh scope; reuse the last one's storage
+    // unless something (a macro defined in the body) still holds it.
+    if (iter_scope != nullptr && iter_scope.use_count() == 1) {
+      iter_scope->vars.clear();
+    } else {
+      iter_scope = Child(scope);
+    }
     RETURN_IF_ERROR(Assign(s.target, loop->items[i], *iter_scope));
     iter_scope->Set("loop", loop_value);
     Flow flow = Flow::kNormal;

@@ -138,9 +138,8 @@ class Renderer {
                         std::string* out, Flow* flow);
   absl::Status Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
                     std::string* out, Flow* flow);
-  absl::Status ExecFor(const Stmt& s, const std::vector<Value>& items,
-                       int depth0, const std::shared_ptr<Scope>& scope,
-                       std::string* out);
+  absl::Status ExecFor(const Stmt& s, std::vector<Value> items, int depth0,
+                       const std::shared_ptr<Scope>& scope, std::string* out);
   absl::Status ExecSet(const Stmt& s, Value v, Scope& scope);
   absl::Status Assign(const Target& t, const Value& v, Scope& scope);
   absl::Status Append(std::string* out, const Value& v);
