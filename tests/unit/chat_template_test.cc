@@ -5,8 +5,14 @@
 // limits, concurrency).
 #include "common/chat_template/chat_template.h"
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -134,6 +140,322 @@ TEST(ChatTemplateConstructs, AllLinesMatch) {
   std::printf("constructs: %zu / %zu match\n", lines.size() - mismatched.size(),
               lines.size());
   EXPECT_TRUE(mismatched.empty());
+}
+
+// Realistic templates beyond the shared seven (Qwen3, Llama 3.2 with
+// strftime_now, DeepSeek-R1, Zephyr, Mistral, Gemma 3, Phi-4, Granite 3,
+// Command-R-style tool use, OLMo 2, SmolLM2, ChatML with {% generation %})
+// over the shared and extra conversations.
+TEST(ChatTemplateExtraReference, AllLinesMatch) {
+  const auto lines = ReadOrderedJsonl(std::string(kChatTemplateData) +
+                                      "/extra_reference.jsonl");
+  ASSERT_GE(lines.size(), 150u);
+  const auto mismatched = CheckLines(
+      lines,
+      [](const auto& l) {
+        return ReadText(std::string(kChatTemplateData) + "/templates_extra/" +
+                        l["template"].template get<std::string>() + ".jinja");
+      },
+      [](const auto& l) {
+        return l["template"].template get<std::string>() + "/" +
+               l["case"].template get<std::string>();
+      });
+  std::printf("extra references: %zu / %zu match\n",
+              lines.size() - mismatched.size(), lines.size());
+  EXPECT_TRUE(mismatched.empty());
+}
+
+// ------------------------------------------------------------------ API
+
+absl::StatusOr<std::string> RenderSource(
+    const std::string& source, const ChatTemplateInput& in,
+    const ChatTemplateLimits& limits = {}) {
+  auto t = ChatTemplate::Parse(source, "test.jinja");
+  if (!t.ok()) return t.status();
+  return (*t)->Render(in, limits);
+}
+
+ChatTemplateInput Conversation() {
+  ChatTemplateInput in;
+  in.messages = nlohmann::ordered_json::parse(
+      R"([{"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello there.  "}])");
+  in.now = testing_util::PinnedNow();
+  return in;
+}
+
+TEST(ChatTemplateApi, SyntaxErrorNamesOriginAndLine) {
+  auto t = ChatTemplate::Parse("line 1\n{% if x %}\n{{ 1 + }}\n", "my.jinja");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(t.status().message(),
+            "my.jinja:3: unexpected 'end of print statement'");
+  auto u = ChatTemplate::Parse("{{ x | nosuch }}", "f.jinja");
+  EXPECT_EQ(u.status().message(), "f.jinja:1: No filter named 'nosuch'.");
+  auto bad = ChatTemplate::Parse("\xff{{ x }}", "bad.jinja");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChatTemplateApi, RenderErrorsAreInvalidArgumentWithTheMessage) {
+  ChatTemplateInput in = Conversation();
+  auto r = RenderSource("{{ raise_exception('Roles must alternate!') }}", in);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(), "Roles must alternate!");
+  r = RenderSource("{{ messages[0].nope.x }}", in);
+  EXPECT_EQ(r.status().message(), "'dict object' has no attribute 'nope'");
+  r = RenderSource("{{ messages.append(1) }}", in);
+  EXPECT_EQ(r.status().message(),
+            "access to attribute 'append' of 'list' object is unsafe.");
+}
+
+TEST(ChatTemplateApi, VariablesAndKwargs) {
+  ChatTemplateInput in = Conversation();
+  in.bos_token = "<s>";
+  in.eos_token = "</s>";
+  const std::string t =
+      "{{ bos_token }}|{{ eos_token }}|{{ tools is none }}|{{ documents is "
+      "none "
+      "}}|{{ add_generation_prompt }}|{{ extra }}|{{ messages|length }}";
+  EXPECT_EQ(*RenderSource(t, in), "<s>|</s>|True|True|True||2");
+  in.kwargs = {{"bos_token", "<B>"}, {"extra", {1, 2.5, "x"}}};
+  in.add_generation_prompt = false;
+  EXPECT_EQ(*RenderSource(t, in), "<B>|</s>|True|True|False|[1, 2.5, 'x']|2");
+  in.kwargs = {{"messages", 1}};
+  EXPECT_EQ(RenderSource(t, in).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  in.kwargs = nullptr;
+  in.tools = nlohmann::ordered_json::parse(R"([{"b": 1, "a": 2}])");
+  EXPECT_EQ(*RenderSource("{{ tools|tojson }}", in), R"([{"b": 1, "a": 2}])");
+  in.messages = "not a list";
+  EXPECT_EQ(RenderSource(t, in).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ChatTemplateApi, StrftimeNowIsPinnedOrTheClock) {
+  ChatTemplateInput in = Conversation();
+  EXPECT_EQ(*RenderSource("{{ strftime_now('%d %b %Y') }}", in), "26 Jul 2024");
+  in.now.reset();
+  auto now = RenderSource("{{ strftime_now('%Y') }}", in);
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->size(), 4u);
+  EXPECT_GE(*now, "2024");
+}
+
+TEST(ChatTemplateApi, ContinueFinalMessage) {
+  const std::string qwen = ReadText(TemplatePath("Qwen-Qwen2.5-7B-Instruct"));
+  ChatTemplateInput in = Conversation();
+  in.add_generation_prompt = false;
+  in.continue_final_message = true;
+  auto r = RenderSource(qwen, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(
+      *r,
+      "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are "
+      "a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\nHello there.  ");
+  // A template that trims the content: cut after the stripped text.
+  r = RenderSource("{% for m in messages %}[{{ m.content|trim }}]{% endfor %}",
+                   in);
+  EXPECT_EQ(*r, "[Hi][Hello there.");
+  // Content parts: the last text part is continued.
+  in.messages[1]["content"] = nlohmann::ordered_json::parse(
+      R"([{"type": "text", "text": "Part one"}, {"type": "image"}])");
+  r = RenderSource("{{ messages[1].content[0].text }} and more", in);
+  EXPECT_EQ(*r, "Part one");
+  // Errors: the content is not rendered; both flags set.
+  r = RenderSource("nothing", in);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  in.add_generation_prompt = true;
+  r = RenderSource(qwen, in);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("not compatible"), std::string::npos);
+}
+
+TEST(ChatTemplateApi, LimitsEndHostileTemplatesQuickly) {
+  ChatTemplateInput in = Conversation();
+  const auto start = std::chrono::steady_clock::now();
+  struct Case {
+    const char* source;
+    const char* message_part;
+  } cases[] = {
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}"
+       "{% endfor %}",
+       "evaluation steps"},
+      {"{{ 'a' * 10**9 }}", "too large"},
+      {"{{ ['a'] * 10**9 }}", "items"},
+      {"{% for i in range(100000) %}{{ 'x' * 100000 }}{% endfor %}",
+       "too large"},
+      {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+       "maximum recursion depth exceeded"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(64) %}"
+       "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+       "too large"},
+      {"{% set ns = namespace(l=[]) %}{% for i in range(1000) %}"
+       "{% set ns.l = [ns.l] %}{% endfor %}",
+       "nested deeper"},
+      {"{{ 2 ** 64 }}", "integer overflow"},
+      {"{{ range(10**6) }}", "Range too big"},
+      {"{{ '{:999999999}'.format(1) }}", "too large"},
+      {"{{ '%999999999d' % 1 }}", "too large"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.source);
+    auto r = RenderSource(c.source, in);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.message_part), std::string::npos)
+        << r.status().message();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  // Parse-time nesting.
+  const std::string deep =
+      "{{ " + std::string(1000, '(') + "1" + std::string(1000, ')') + " }}";
+  auto t = ChatTemplate::Parse(deep, "deep.jinja");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("nested deeper"), std::string::npos);
+  std::string ifs;
+  for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+  EXPECT_FALSE(ChatTemplate::Parse(ifs, "ifs.jinja").ok());
+  // Deeply nested input JSON.
+  nlohmann::ordered_json nested = "x";
+  for (int i = 0; i < 1000; ++i)
+    nested = nlohmann::ordered_json::array({nested});
+  in.kwargs = {{"deep", nested}};
+  EXPECT_EQ(RenderSource("{{ 1 }}", in).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Custom limits.
+  ChatTemplateLimits small;
+  small.max_steps = 1000;
+  in.kwargs = nullptr;
+  EXPECT_FALSE(
+      RenderSource("{% for i in range(10000) %}{% endfor %}", in, small).ok());
+}
+
+TEST(ChatTemplateApi, ConcurrentRendersAgree) {
+  const auto lines =
+      ReadOrderedJsonl(std::string(kChatTemplateData) + "/reference.jsonl");
+  std::vector<std::unique_ptr<ChatTemplate>> templates;
+  for (const auto& line : lines) {
+    const std::string name = line["template"].get<std::string>();
+    templates.push_back(
+        *ChatTemplate::Parse(ReadText(TemplatePath(name)), name));
+  }
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 20; ++round) {
+        for (size_t i = 0; i < lines.size(); ++i) {
+          const size_t k = (i + t * 5) % lines.size();
+          auto out = templates[k]->Render(InputFromLine(lines[k]));
+          const std::string want = lines[k].contains("rendered")
+                                       ? lines[k]["rendered"].get<std::string>()
+                                       : lines[k]["error"].get<std::string>();
+          const std::string got =
+              out.ok() ? *out : std::string(out.status().message());
+          if (got != want) ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+// ------------------------------------------------------ model templates
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/chat_template_test_XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  void Write(const std::string& name, const std::string& text) const {
+    std::ofstream(path_ + "/" + name) << text;
+  }
+
+ private:
+  std::string path_;
+};
+
+TEST(ModelChatTemplates, LoadsTokenizerConfigString) {
+  auto m = ModelChatTemplates::Load("tests/data/tokenizers/llama2", "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bos_token(), "<s>");
+  EXPECT_EQ(m->eos_token(), "</s>");
+  EXPECT_EQ(m->special_tokens()["unk_token"], "<unk>");
+  const ChatTemplate* t = m->Select(/*has_tools=*/true);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t, m->Select(false));
+  ChatTemplateInput in = Conversation();
+  in.bos_token = m->bos_token();
+  in.eos_token = m->eos_token();
+  EXPECT_EQ(*t->Render(in), "<s>[INST] Hi [/INST] Hello there. </s>");
+}
+
+TEST(ModelChatTemplates, NamedTemplatesAndAddedTokens) {
+  TempDir dir;
+  dir.Write("tokenizer_config.json", R"({
+    "bos_token": {"content": "<|begin|>", "lstrip": false},
+    "eos_token": "<|end|>", "pad_token": null,
+    "chat_template": [{"name": "default", "template": "D{{ bos_token }}"},
+                      {"name": "tool_use", "template": "T{{ tools|length }}"}]})");
+  auto m = ModelChatTemplates::Load(dir.path(), "");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bos_token(), "<|begin|>");
+  EXPECT_FALSE(m->special_tokens().contains("pad_token"));
+  EXPECT_EQ(m->names(), (std::vector<std::string>{"default", "tool_use"}));
+  ChatTemplateInput in = Conversation();
+  in.bos_token = m->bos_token();
+  EXPECT_EQ(*m->Select(false)->Render(in), "D<|begin|>");
+  in.tools = nlohmann::ordered_json::array({1, 2});
+  EXPECT_EQ(*m->Select(true)->Render(in), "T2");
+
+  dir.Write("tokenizer_config.json",
+            R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  m = ModelChatTemplates::Load(dir.path(), "");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->Select(false), nullptr);
+  EXPECT_NE(m->Select(true), nullptr);
+  EXPECT_EQ(m->SelectOrError(false).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(ModelChatTemplates, OverridesAndMissingTemplates) {
+  auto none = ModelChatTemplates::Load("models/stories260K", "");
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(none.status().message().find("--chat_template=FILE"),
+            std::string::npos);
+
+  TempDir dir;
+  dir.Write("override.jinja", "O{{ bos_token }}{{ messages|length }}");
+  auto m = ModelChatTemplates::Load("models/stories260K",
+                                    dir.path() + "/override.jinja");
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->bos_token(), "<s>");  // still the model's special tokens
+  ChatTemplateInput in = Conversation();
+  in.bos_token = m->bos_token();
+  EXPECT_EQ(*m->Select(false)->Render(in), "O<s>2");
+  EXPECT_EQ(ModelChatTemplates::Load("", dir.path() + "/missing.jinja")
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+
+  // chat_template.jinja next to the config takes precedence (transformers).
+  dir.Write("tokenizer_config.json", R"({"chat_template": "config"})");
+  dir.Write("chat_template.jinja", "file\n");
+  m = ModelChatTemplates::Load(dir.path(), "");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(*m->Select(false)->Render(in), "file");
+
+  dir.Write("override.jinja", "{% if %}");
+  auto bad = ModelChatTemplates::Load("", dir.path() + "/override.jinja");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("override.jinja:1:"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -638,7 +638,10 @@ def write_extra():
             stem = name[: -len(".jinja")]
             tok = tokens.get(stem, {})
             for conv in conversations:
-                for agp in ([True, False] if conv.get("add_generation_prompt", True) else [False]):
+                agps = [conv.get("add_generation_prompt", True)]
+                if conv["name"] == "multi_turn":
+                    agps.append(False)
+                for agp in agps:
                     row = {"template": stem, "case": conv["name"] + ("" if agp else "_nogen")}
                     row.update(render(
                         source, messages=conv["messages"], tools=conv.get("tools"),
