@@ -136,12 +136,17 @@ absl::StatusOr<Value> Renderer::GetItem(const Value& obj, const Value& key) {
   switch (obj.kind()) {
     case Kind::kString:
       if (key.is_integral()) {
-        const std::vector<size_t> off = CharOffsets(obj.str());
-        const int64_t n = static_cast<int64_t>(off.size()) - 1;
+        const std::string& str = obj.str();
+        RETURN_IF_ERROR(Step(static_cast<int64_t>(str.size() / 64)));
         int64_t i = key.int_value();
-        if (i < 0) i += n;
-        if (i < 0 || i >= n) return Missing(obj, key);
-        return Value::String(obj.str().substr(off[i], off[i + 1] - off[i]));
+        if (i < 0) i += static_cast<int64_t>(CharCount(str));
+        if (i < 0) return Missing(obj, key);
+        size_t pos = 0;
+        for (int64_t k = 0; k < i && pos < str.size(); ++k) NextChar(str, &pos);
+        if (pos >= str.size()) return Missing(obj, key);
+        size_t end = pos;
+        NextChar(str, &end);
+        return Value::String(str.substr(pos, end - pos));
       }
       break;
     case Kind::kList:
@@ -186,6 +191,7 @@ absl::StatusOr<std::vector<Value>> Renderer::Iterate(const Value& v) {
     }
     case Kind::kString:
       RETURN_IF_ERROR(Step(static_cast<int64_t>(v.str().size() / 16)));
+      RETURN_IF_ERROR(CheckItems(CharCount(v.str())));
       return StringChars(v.str());
     case Kind::kGenerator: {
       GeneratorData& g = v.generator();

@@ -131,7 +131,7 @@ absl::StatusOr<Value> Truncate(Renderer& r, const Value& v, CallArgs& a) {
     return RenderError(absl::StrCat("expected leeway >= 0, got ", leeway));
   const std::vector<size_t> off = CharOffsets(s);
   const int64_t n = static_cast<int64_t>(off.size()) - 1;
-  if (n <= length + leeway) return Value::String(s);
+  if (n <= length || n - length <= leeway) return Value::String(s);
   std::string head = s.substr(0, off[std::min(n, length - end_len)]);
   if (!killwords) {
     const size_t space = head.rfind(' ');
@@ -373,8 +373,10 @@ absl::StatusOr<Value> Round(Renderer& r, const Value& v, CallArgs& a) {
       return Value::Float(RoundFloat(v.float_value(), precision));
     }
     if (precision >= 0) return Value::Int(v.int_value());
-    return Value::Int(static_cast<int64_t>(
-        RoundFloat(static_cast<double>(v.int_value()), precision)));
+    const double rounded =
+        RoundFloat(static_cast<double>(v.int_value()), precision);
+    if (std::fabs(rounded) >= 9.2e18) return RenderError("integer overflow");
+    return Value::Int(static_cast<int64_t>(rounded));
   }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.AsDouble() * scale;

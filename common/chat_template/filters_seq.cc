@@ -302,9 +302,13 @@ absl::StatusOr<Value> ItemsFilter(Renderer& r, const Value& v, CallArgs& a) {
 absl::StatusOr<Value> Reverse(Renderer& r, const Value& v, CallArgs& a) {
   RETURN_IF_ERROR(BindArgs("do_reverse", a, {}).status());
   if (v.is_string()) {
-    std::vector<Value> chars = StringChars(v.str());
+    const std::string& str = v.str();
+    const std::vector<size_t> off = CharOffsets(str);
     std::string out;
-    for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += it->str();
+    out.reserve(str.size());
+    for (size_t i = off.size() - 1; i > 0; --i) {
+      out.append(str, off[i - 1], off[i] - off[i - 1]);
+    }
     return Value::String(std::move(out));
   }
   if (v.kind() == Kind::kGenerator || v.is_undefined()) {
@@ -341,7 +345,10 @@ absl::StatusOr<Value> Batch(Renderer& r, const Value& v, CallArgs& a) {
     tmp.push_back(item);
   }
   if (!tmp.empty()) {
-    if (args[1] && !args[1]->is_none()) {
+    if (args[1] && !args[1]->is_none() &&
+        static_cast<int64_t>(tmp.size()) < n) {
+      RETURN_IF_ERROR(r.CheckItems(static_cast<size_t>(std::min<int64_t>(
+          n, static_cast<int64_t>(r.limits().max_items) + 1))));
       while (static_cast<int64_t>(tmp.size()) < n) tmp.push_back(*args[1]);
     }
     out.push_back(Value::List(std::move(tmp)));

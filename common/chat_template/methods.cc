@@ -219,8 +219,11 @@ absl::StatusOr<Value> Justify(Renderer& r, const std::string& s,
   const int64_t width = args[0]->int_value();
   const int64_t len = static_cast<int64_t>(CharCount(s));
   if (width <= len) return Value::String(s);
-  RETURN_IF_ERROR(r.CheckString(s.size() + (width - len) * fill.size()));
   const int64_t marg = width - len;
+  if (static_cast<uint64_t>(marg) > r.limits().max_string_bytes) {
+    return r.CheckString(static_cast<size_t>(marg));
+  }
+  RETURN_IF_ERROR(r.CheckString(s.size() + marg * fill.size()));
   int64_t left = 0;
   if (how == 'c') left = marg / 2 + (marg & width & 1);
   if (how == 'r') left = marg;

@@ -204,13 +204,9 @@ absl::StatusOr<std::string> FormatValue(const Value& v, std::string_view spec,
       digits =
           Group(digits, fs.grouping, (t == 0 || t == 'd' || t == 'n') ? 3 : 4);
     }
-    std::string prefix;
-    if (fs.alt && t != 0 && t != 'd' && t != 'n') {
-      prefix.push_back('0');
-      prefix.push_back(t);
-    }
-    return Align(SpecSign(v.int_value() < 0, fs.sign) + prefix, digits, fs,
-                 '>');
+    std::string sign_prefix = SpecSign(v.int_value() < 0, fs.sign);
+    if (fs.alt && t != 0 && t != 'd' && t != 'n') sign_prefix.append({'0', t});
+    return Align(sign_prefix, digits, fs, '>');
   }
   if (v.is_float()) {
     const char t = fs.type;
@@ -224,14 +220,29 @@ absl::StatusOr<std::string> FormatValue(const Value& v, std::string_view spec,
                             ".__format__"));
 }
 
-absl::StatusOr<std::string> StrFormat(
-    std::string_view fmt, const std::vector<Value>& args,
-    const std::vector<std::pair<std::string, Value>>& kwargs,
-    size_t max_bytes) {
+namespace {
+
+// The state one str.format() call shares with its nested fields
+// ("{:{width}}"): the arguments and the automatic field numbering.
+struct FormatState {
+  const std::vector<Value>& args;
+  const std::vector<std::pair<std::string, Value>>& kwargs;
+  size_t max_bytes;
+  int auto_index = 0;
+  bool manual = false;
+  bool automatic = false;
+};
+
+absl::StatusOr<std::string> FormatFields(std::string_view fmt, FormatState& st,
+                                         int depth) {
+  const auto& args = st.args;
+  const auto& kwargs = st.kwargs;
+  const size_t max_bytes = st.max_bytes;
+  int& auto_index = st.auto_index;
+  bool& manual = st.manual;
+  bool& automatic = st.automatic;
   std::string out;
   size_t i = 0;
-  int auto_index = 0;
-  bool manual = false, automatic = false;
   while (i < fmt.size()) {
     if (out.size() > max_bytes) return TooLarge(out.size(), max_bytes);
     const char c = fmt[i];
@@ -253,9 +264,14 @@ absl::StatusOr<std::string> StrFormat(
       i += 2;
       continue;
     }
-    const size_t close = fmt.find('}', i);
-    if (close == std::string_view::npos) {
-      return Error("Single '{' encountered in format string");
+    size_t close = i + 1;
+    for (int open = 1; close < fmt.size(); ++close) {
+      if (fmt[close] == '{') ++open;
+      if (fmt[close] == '}' && --open == 0) break;
+    }
+    if (close >= fmt.size()) {
+      return Error(depth == 0 ? "Single '{' encountered in format string"
+                              : "expected '}' before end of string");
     }
     std::string_view field = fmt.substr(i + 1, close - i - 1);
     i = close + 1;
@@ -360,12 +376,30 @@ absl::StatusOr<std::string> StrFormat(
       return Error(absl::StrCat("Unknown conversion specifier ",
                                 std::string(1, conversion)));
     }
+    std::string nested_spec;
+    if (spec.find('{') != std::string_view::npos) {
+      if (depth >= 1) return Error("Max string recursion exceeded");
+      auto formatted = FormatFields(spec, st, depth + 1);
+      if (!formatted.ok()) return formatted.status();
+      nested_spec = *std::move(formatted);
+      spec = nested_spec;
+    }
     auto piece = FormatValue(v, spec, max_bytes);
     if (!piece.ok()) return piece.status();
     out += *piece;
   }
   if (out.size() > max_bytes) return TooLarge(out.size(), max_bytes);
   return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> StrFormat(
+    std::string_view fmt, const std::vector<Value>& args,
+    const std::vector<std::pair<std::string, Value>>& kwargs,
+    size_t max_bytes) {
+  FormatState state{args, kwargs, max_bytes};
+  return FormatFields(fmt, state, 0);
 }
 
 }  // namespace pdserve::jinja

@@ -27,30 +27,55 @@ const Value* DictData::FindStr(std::string_view key) const {
   return it == str_index_.end() ? nullptr : &items_[it->second].second;
 }
 
+namespace {
+
+// The int64 a numeric key hashes as, if it has one.
+std::optional<int64_t> IntKey(const Value& key) {
+  if (key.is_integral()) return key.int_value();
+  if (key.is_float()) {
+    const double f = key.float_value();
+    if (f == std::floor(f) && std::fabs(f) < 9.2e18) {
+      return static_cast<int64_t>(f);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 const Value* DictData::Find(const Value& key) const {
   if (key.is_string()) return FindStr(key.str());
+  if (std::optional<int64_t> i = IntKey(key)) {
+    auto it = int_index_.find(*i);
+    return it == int_index_.end() ? nullptr : &items_[it->second].second;
+  }
   for (const auto& [k, v] : items_) {
-    if (!k.is_string() && Equals(k, key)) return &v;
+    if (!k.is_string() && !IntKey(k) && Equals(k, key)) return &v;
   }
   return nullptr;
 }
 
 void DictData::Set(Value key, Value value) {
   depth_ = std::max(depth_, 1 + NestingDepth(value));
+  std::optional<size_t> slot;
   if (key.is_string()) {
     auto [it, inserted] = str_index_.try_emplace(key.str(), items_.size());
-    if (!inserted) {
-      items_[it->second].second = std::move(value);
-      return;
+    if (!inserted) slot = it->second;
+  } else if (std::optional<int64_t> i = IntKey(key)) {
+    auto [it, inserted] = int_index_.try_emplace(*i, items_.size());
+    if (!inserted) slot = it->second;
+  } else {
+    for (size_t k = 0; k < items_.size(); ++k) {
+      const Value& existing = items_[k].first;
+      if (!existing.is_string() && !IntKey(existing) && Equals(existing, key)) {
+        slot = k;
+        break;
+      }
     }
-    items_.emplace_back(std::move(key), std::move(value));
-    return;
   }
-  for (auto& [k, v] : items_) {
-    if (!k.is_string() && Equals(k, key)) {
-      v = std::move(value);
-      return;
-    }
+  if (slot) {  // Python keeps the first key and replaces the value
+    items_[*slot].second = std::move(value);
+    return;
   }
   depth_ = std::max(depth_, 1 + NestingDepth(key));
   items_.emplace_back(std::move(key), std::move(value));

@@ -87,6 +87,8 @@ class DictData {
   int depth_ = 1;
   std::vector<std::pair<Value, Value>> items_;
   absl::flat_hash_map<std::string, size_t> str_index_;
+  // bool/int keys and integral floats (Python: 1 == 1.0 == True).
+  absl::flat_hash_map<int64_t, size_t> int_index_;
 };
 
 // Macros, builtin functions and bound methods.

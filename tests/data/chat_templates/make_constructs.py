@@ -601,6 +601,65 @@ case(H, "{%- if messages[-1].role == 'assistant' and '</think>' in messages[-1].
      messages=[{"role": "assistant", "content": "<think>hmm</think>\n\nAnswer"}])
 
 
+# ------------------------------------------------------------------ more
+R = "more"
+case(R, "a {{+ 'b' }} c {{- 'd' +}}")
+case(R, "x\n  {%- raw %} r {% endraw -%}  \ny")
+case(R, "{# a %} {{ b }} #}{{ '%}' }}{{ '}}' }}{% set x = '%}' %}{{ x }}")
+case(R, "{% macro m(a) %}{{ a }}{{ caller(a * 2) }}{{ varargs }}{% endmacro %}{% call(v) m(1, 2, 3) %}<{{ v }}>{% endcall %}")
+case(R, "{% for x in [1] %}{{ loop.cycle() }}{% endfor %}")
+case(R, "{% set g = [3, 1, 2]|select %}{{ g|first }} {{ g|list }} {{ g|list }}")
+case(R, "{{ x == 'a' }} {{ x != 'a' }} {{ 'a' == x }}")
+case(R, "{{ '\u00c9COLE'.lower() }} {{ '\u0130'.lower()|length }} {{ 'hello-world foo_bar'.title() }} {{ 'hello-world'|title }}")
+case(R, "{{ {'a': 1, 'b': 2, 'a': 3} }} {{ dict(b=1, a=2)|dictsort }}")
+case(R, "{{ '{:>{w}}|{:{f}^{w}}'.format('x', 'y', w=5, f='*') }}")
+case(R, "{{ '%s' % [1, 2] }} {{ '%s' % ((1, 2),) }} {{ '%d%%' % 50 }} {{ '%.1f%%' % 12.345 }}")
+case(R, "{{ '%s %s' % [1, 2] }}")
+case(R, "{{ 'abc'|batch(2)|list }} {{ [1, 2, 3]|slice(2)|map('sum')|list }} {{ range(3)|reverse|list }} {{ messages|batch(2)|map('first')|map(attribute='role')|list }}",
+     messages=[{"role": "a"}, {"role": "b"}, {"role": "c"}])
+case(R, "{% set caf\u00e9 = 1 %}{{ caf\u00e9 }} {% set _x = 2 %}{{ _x }}")
+case(R, "{{ not true == false }} {{ 'a' ~ 'b'|upper }} {{ 'a' in 'abc' and true }} {{ x|default('a' if true else 'b') }} {{ dict(a=1,)|length }}")
+case(R, "{{ true // 2 }} {{ 'x' * 1000|length }} {{ 0.1 + 0.2 }} {{ 3.0|int }} {{ '3.5'|float|round|int }} {{ (10 / 3)|round(2) }} {{ 1e16|string }}")
+case(R, "{% for x in [1, 2, 3] %}{{ loop.revindex0 }}{% endfor %} {{ none|string|upper }} {{ none|lower }} {{ '  -3  '|int }} {{ '1e2'|int }}")
+case(R, "{{ strftime_now('%j %U %p %I %y %a %H:%M:%S %%') }}")
+case(R, "{{ 'a\\nb'|indent('--', true) }}|{{ 'a\\nb'|indent(width='..', first=true) }}")
+case(R, "{{ [1, [2, [3]]]|tojson(indent=1) }}|{{ {'k': {}}|tojson(indent=2) }}|{{ ['\u00e9']|tojson(indent=2, ensure_ascii=true) }}")
+case(R, "{{ messages[-1] }}", messages=[{"role": "user", "content": ["a", {"b": None}]}])
+case(R, "{% set a = b = 1 %}")
+case(R, "{{ .5 }}")
+case(R, "{{ 1.5e3 }} {{ 1E3 }} {{ 1_000.000_1 }}")
+case(R, "line1\n{% for x in [1] %}\n{{ x.nope.deeper }}\n{% endfor %}")
+case(R, "a\n\n{{ 1 +\n}}")
+case(R, "{% if true %}\n  {%- for x in [1, 2] %}\n    {{ x }}\n  {%- endfor %}\n{% endif %}\n")
+case(R, "{%- for m in messages -%}\n  {%- if loop.first %}[{% endif -%}\n  {{ m }}\n  {%- if not loop.last %}, {% else %}]{% endif -%}\n{%- endfor %}", messages=[1, 2, 3])
+case(R, "{{ [1, 2, 3]|map('string')|join('+') }} {{ ['b', 'a']|sort|join }} {{ [3, 2]|sort|first }} {{ {'b': 1, 'a': 2}|dictsort|first }}")
+case(R, "{{ 'x'.join(['a', 'b', 'c'])|upper }} {{ ('a' ~ 'b')|length }} {{ ['a', 'b']|join('-')|replace('-', '+') }}")
+case(R, "{{ messages|selectattr('content')|list|length }} {{ messages|rejectattr('content')|list|length }} {{ messages|map(attribute='content')|select|list }}",
+     messages=[{"content": ""}, {"content": "x"}, {"role": "n"}])
+case(R, "{% for k, v in d.items() %}{{ k }}{% if v is mapping %}{{ v|length }}{% elif v is sequence and v is not string %}[{{ v|join(',') }}]{% else %}={{ v }}{% endif %};{% endfor %}",
+     d={"s": "str", "l": [1, 2], "m": {"a": 1}, "n": None, "i": 3})
+case(R, "{% set ns = namespace(items=[]) %}{% for m in messages %}{% set ns.items = ns.items + [m.role|upper] %}{% endfor %}{{ ns.items|join(' ') }} {{ ns.items|length }}",
+     messages=[{"role": "user"}, {"role": "assistant"}])
+case(R, "{% macro render(v, depth=0) %}{% if v is mapping %}{% for k in v %}{{ ' ' * depth }}{{ k }}:\n{{ render(v[k], depth + 2) }}{% endfor %}{% else %}{{ ' ' * depth }}{{ v }}\n{% endif %}{% endmacro %}{{ render(d) }}",
+     d={"a": {"b": 1, "c": {"d": 2}}, "e": 3})
+case(R, "{{ '{\"a\": 1}'|length }} {{ '{{ not a tag }}' }} {{ \"{% also not %}\" }}")
+case(R, "{% filter indent(2) %}\nline1\nline2\n{% endfilter %}")
+case(R, "{{ loop_var|default('none') }}{% for loop_var in [1] %}{% endfor %}")
+case(R, "{% for a in [1, 2] %}{% for b in [3] %}{{ loop.index }}{{ a }}{{ b }} {% endfor %}{{ loop.index }}{% endfor %}")
+case(R, "{{ [3, 1, 2]|max }} {{ ['aa', 'b']|max(attribute='length') }}")
+case(R, "{{ users|map(attribute='name')|map('upper')|join(', ') }} {{ users|sum(attribute='n') }} {{ users|map(attribute='n')|max }}",
+     users=[{"name": "a", "n": 2}, {"name": "b", "n": 5}])
+case(R, "{{ 5|string|length }} {{ (5|string)[0] }} {{ 12345|string|reverse }} {{ [1, 2]|string }}")
+case(R, "{% set x = [1, 2, 3] %}{{ x[1:]|sum }} {{ x[:1] + x[2:] }} {{ x|length > 2 and x[0] == 1 }}")
+case(R, "{{ tools[0].function.parameters|tojson(indent=2) }}",
+     tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"q": {"type": "string", "enum": ["a", "b"]}}, "required": ["q"]}}}])
+
+case(R, "{{ {1: 'a', 1.0: 'b', true: 'c'} }} {{ {1.5: 'x', none: 'n'}[1.5] }}{{ {none: 'n'}[none] }} {{ {0: 'z', false: 'f'}|length }}")
+case(R, "{{ 'h\u00e9llo'[-1] }}{{ 'h\u00e9llo'[1] }}[{{ 'abc'[-4] }}]{{ ('ab' * 3)|reverse }} {{ '\u00e9t\u00e9'|reverse }}")
+case(R, "{{ 'abc'|truncate(9223372036854775807) }} {{ 'ab'|center(1) }}")
+case(R, "{{ 5|round(-20) }} {{ 123456789|round(-3) }}")
+
+
 def main():
     out_path = os.path.join(HERE, "constructs.jsonl")
     counts = {}
