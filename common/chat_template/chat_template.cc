@@ -278,6 +278,20 @@ absl::StatusOr<const ChatTemplate*> ModelChatTemplates::SelectOrError(
                    "; pass --chat_template=FILE"));
 }
 
+void ModelChatTemplates::ApplySpecialTokens(ChatTemplateInput* input) const {
+  input->bos_token = bos_token_;
+  input->eos_token = eos_token_;
+  if (!input->kwargs.is_object())
+    input->kwargs = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : special_tokens_.items()) {
+    if (key == "bos_token" || key == "eos_token" ||
+        input->kwargs.contains(key)) {
+      continue;
+    }
+    input->kwargs[key] = value;
+  }
+}
+
 std::vector<std::string> ModelChatTemplates::names() const {
   std::vector<std::string> out;
   for (const auto& [name, t] : templates_) out.push_back(name);

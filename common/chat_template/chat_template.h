@@ -5,11 +5,13 @@
 // loopcontrols; transformers' tojson, raise_exception and strftime_now).
 //
 //   auto templates = ModelChatTemplates::Load(model_dir, flag_chat_template);
-//   const ChatTemplate* t = templates->Select(/*has_tools=*/!tools.is_null());
 //   ChatTemplateInput in;
 //   in.messages = request["messages"];  // parsed as nlohmann::ordered_json
-//   in.bos_token = templates->bos_token();
-//   in.eos_token = templates->eos_token();
+//   in.tools = request["tools"];        // or null
+//   in.kwargs = request["chat_template_kwargs"];  // or null
+//   templates->ApplySpecialTokens(&in);  // bos_token, eos_token, unk_token...
+//   ASSIGN_OR_RETURN(const ChatTemplate* t,
+//                    templates->SelectOrError(!in.tools.is_null()));
 //   absl::StatusOr<std::string> prompt = t->Render(in);
 //
 // The rendered text already contains every special token the template writes
@@ -106,6 +108,11 @@ class ModelChatTemplates {
   const ChatTemplate* Select(bool has_tools) const;
   // Select, or FAILED_PRECONDITION naming the available templates.
   absl::StatusOr<const ChatTemplate*> SelectOrError(bool has_tools) const;
+
+  // Sets input->bos_token / eos_token and adds the other special tokens to
+  // input->kwargs, keeping any key kwargs already has (transformers renders
+  // with {**special_tokens_map, **kwargs}).
+  void ApplySpecialTokens(ChatTemplateInput* input) const;
 
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }

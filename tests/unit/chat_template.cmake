@@ -16,3 +16,14 @@ if(PDSERVE_BUILD_TESTS AND NOT PDSERVE_ASAN)
   set_tests_properties(chat_template_fuzz_asan PROPERTIES LABELS "asan" TIMEOUT 900
                        RESOURCE_LOCK asan_build)
 endif()
+# `pdserve render-chat` (runs the built binary).
+if(TARGET pdserve)
+  pdserve_add_test(chat_template_cli_test
+    SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/chat_template_cli_test.cc
+    LIBS pdserve_chat_template pdserve_tokenizer nlohmann_json::nlohmann_json)
+  if(TARGET chat_template_cli_test)
+    target_compile_definitions(chat_template_cli_test
+      PRIVATE PDSERVE_BINARY="$<TARGET_FILE:pdserve>")
+    add_dependencies(chat_template_cli_test pdserve)
+  endif()
+endif()

@@ -390,8 +390,12 @@ TEST(ModelChatTemplates, LoadsTokenizerConfigString) {
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(t, m->Select(false));
   ChatTemplateInput in = Conversation();
-  in.bos_token = m->bos_token();
-  in.eos_token = m->eos_token();
+  in.kwargs = {{"pad_token", "<pad>"}};
+  m->ApplySpecialTokens(&in);
+  EXPECT_EQ(in.bos_token, "<s>");
+  EXPECT_EQ(in.eos_token, "</s>");
+  EXPECT_EQ(in.kwargs, nlohmann::ordered_json(
+                           {{"pad_token", "<pad>"}, {"unk_token", "<unk>"}}));
   EXPECT_EQ(*t->Render(in), "<s>[INST] Hi [/INST] Hello there. </s>");
 }
 
