@@ -25,6 +25,10 @@ ABSL_FLAG(std::string, tokenizer, "",
           "tokenizer.json, or a directory holding it (default \"\": the "
           "--model directory's tokenizer)");
 
+ABSL_FLAG(std::string, chat_template, "",
+          "chat template file (default: the model's tokenizer_config.json "
+          "chat_template)");
+
 ABSL_FLAG(int32_t, max_tokens, 64, "maximum tokens to generate");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling probability mass, in (0, 1]");

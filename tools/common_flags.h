@@ -21,8 +21,9 @@ ABSL_DECLARE_FLAG(int32_t, threads);  // 0 = all cores
 ABSL_DECLARE_FLAG(int32_t, max_num_seqs);
 ABSL_DECLARE_FLAG(int32_t, prefill_chunk_tokens);  // 0 = no chunk limit
 ABSL_DECLARE_FLAG(std::string, device);            // cpu | cuda
-ABSL_DECLARE_FLAG(bool, prefix_caching);    // reuse cached prefix KV blocks
-ABSL_DECLARE_FLAG(std::string, tokenizer);  // "" = the --model directory's
+ABSL_DECLARE_FLAG(bool, prefix_caching);        // reuse cached prefix KV blocks
+ABSL_DECLARE_FLAG(std::string, tokenizer);      // "" = the --model directory's
+ABSL_DECLARE_FLAG(std::string, chat_template);  // "" = the model's template
 
 // Request: sampling and stopping (complete, generate, bench).
 ABSL_DECLARE_FLAG(int32_t, max_tokens);

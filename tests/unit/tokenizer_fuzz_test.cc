@@ -3,7 +3,7 @@
 // truncations/mutations of tokenizer.json through Load. Nothing may crash;
 // statuses must be OK or INVALID_ARGUMENT; valid text must round-trip on the
 // byte-level tokenizers. Also built and run under AddressSanitizer by
-// tests/unit/tokenizer_asan.sh (CTest label "asan").
+// tests/unit/asan_test.sh (CTest label "asan").
 #include <fstream>
 #include <random>
 #include <string>
