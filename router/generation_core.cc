@@ -62,16 +62,23 @@ void RequestHandle::Cancel() {
   if (run != nullptr) run->Cancel();
 }
 
-GenerationCore::GenerationCore(RouterOptions options, RouterModelInfo model,
-                               std::unique_ptr<Tokenizer> tokenizer,
-                               WorkerPool* prefill, WorkerPool* decode,
-                               metrics::RouterMetrics* metrics)
+GenerationCore::GenerationCore(
+    RouterOptions options, RouterModelInfo model,
+    std::unique_ptr<Tokenizer> tokenizer,
+    absl::StatusOr<ModelChatTemplates> chat_templates, WorkerPool* prefill,
+    WorkerPool* decode, metrics::RouterMetrics* metrics)
     : options_(std::move(options)),
       model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       prefill_(prefill),
       decode_(decode),
       metrics_(metrics) {
+  if (chat_templates.ok()) {
+    chat_templates_ = *std::move(chat_templates);
+    chat_.templates = &*chat_templates_;
+  } else {
+    chat_.unavailable = chat_templates.status();
+  }
   env_.options = &options_;
   env_.tokenizer = tokenizer_.get();
   env_.prefill = prefill_;
@@ -116,7 +123,7 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
     return handle;
   }
   auto resolved =
-      ResolveRequest(request, tokenizer_.get(), model_, options_.limits);
+      ResolveRequest(request, tokenizer_.get(), chat_, model_, options_.limits);
   if (!resolved.ok()) {
     refused.status = resolved.status();
     EndUnrun(*sink, arrival, refused);
@@ -288,16 +295,29 @@ absl::StatusOr<v1::TokenizeResponse> GenerationCore::Tokenize(
   if (tokenizer_ == nullptr) {
     return absl::FailedPreconditionError("this router has no tokenizer");
   }
-  if (request.text().size() >
+  if (request.ByteSizeLong() >
       static_cast<size_t>(options_.limits.max_request_bytes)) {
-    return absl::InvalidArgumentError("text too long");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "request is ", request.ByteSizeLong(),
+        " bytes, more than the limit of ", options_.limits.max_request_bytes));
   }
-  auto ids = tokenizer_->Encode(
-      request.text(),
-      request.has_add_special_tokens() ? request.add_special_tokens() : true);
-  if (!ids.ok()) return absl::InvalidArgumentError(ids.status().message());
   v1::TokenizeResponse response;
-  for (int32_t id : *ids) {
+  std::vector<int32_t> ids;
+  if (request.has_chat()) {
+    auto rendered = RenderChat(request.chat(), chat_, tokenizer_.get());
+    if (!rendered.ok()) return rendered.status();
+    response.set_rendered(std::move(rendered->text));
+    ids = std::move(rendered->ids);
+  } else {
+    auto encoded = tokenizer_->Encode(
+        request.text(),
+        request.has_add_special_tokens() ? request.add_special_tokens() : true);
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(encoded.status().message());
+    }
+    ids = *std::move(encoded);
+  }
+  for (int32_t id : ids) {
     response.add_ids(id);
     auto piece = tokenizer_->Decode({id}, false);
     response.add_pieces(piece.ok() ? *piece : "");

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -55,11 +56,14 @@ class RequestHandle {
 
 class GenerationCore {
  public:
-  // `tokenizer` may be null (token-id input only). Pools and `metrics` must
-  // outlive this.
+  // `tokenizer` may be null (token-id input only). `chat_templates`: the
+  // model's chat templates, or the status chat requests are refused with.
+  // Pools and `metrics` must outlive this.
   GenerationCore(RouterOptions options, RouterModelInfo model,
-                 std::unique_ptr<Tokenizer> tokenizer, WorkerPool* prefill,
-                 WorkerPool* decode, metrics::RouterMetrics* metrics);
+                 std::unique_ptr<Tokenizer> tokenizer,
+                 absl::StatusOr<ModelChatTemplates> chat_templates,
+                 WorkerPool* prefill, WorkerPool* decode,
+                 metrics::RouterMetrics* metrics);
   ~GenerationCore();
 
   // Starts `request`. The sink receives its messages and exactly one Finish,
@@ -107,6 +111,8 @@ class GenerationCore {
   const RouterOptions options_;
   const RouterModelInfo model_;
   const std::unique_ptr<Tokenizer> tokenizer_;
+  std::optional<ModelChatTemplates> chat_templates_;
+  ChatSupport chat_;
   WorkerPool* const prefill_;
   WorkerPool* const decode_;
   metrics::RouterMetrics* const metrics_;

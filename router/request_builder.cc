@@ -61,9 +61,89 @@ absl::StatusOr<RouterModelInfo> LoadRouterModelInfo(const std::string& model) {
   return info;
 }
 
+absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
+                                        const ChatSupport& support,
+                                        const Tokenizer* tokenizer) {
+  if (support.templates == nullptr) return support.unavailable;
+  if (tokenizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "this router has no tokenizer: chat input needs one");
+  }
+  using ojson = nlohmann::ordered_json;
+  auto parse = [](const std::string& text,
+                  const std::string& what) -> absl::StatusOr<ojson> {
+    ojson j = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) {
+      return Invalid(absl::StrCat(what, " is not valid JSON"));
+    }
+    return j;
+  };
+  if (chat.messages_size() == 0) return Invalid("chat input has no messages");
+  ChatTemplateInput in;
+  in.messages = ojson::array();
+  for (int i = 0; i < chat.messages_size(); ++i) {
+    const pdserve::v1::ChatMessage& m = chat.messages(i);
+    if (m.role().empty()) {
+      return Invalid(absl::StrCat("messages[", i, "] has no role"));
+    }
+    ojson msg = ojson::object();
+    msg["role"] = m.role();
+    msg["content"] = m.has_content() ? ojson(m.content()) : ojson(nullptr);
+    if (m.has_name()) msg["name"] = m.name();
+    if (m.has_tool_call_id()) msg["tool_call_id"] = m.tool_call_id();
+    if (!m.tool_calls_json().empty()) {
+      auto calls = parse(m.tool_calls_json(),
+                         absl::StrCat("messages[", i, "].tool_calls_json"));
+      if (!calls.ok()) return calls.status();
+      if (!calls->is_array()) {
+        return Invalid(
+            absl::StrCat("messages[", i, "].tool_calls_json must be a list"));
+      }
+      msg["tool_calls"] = *std::move(calls);
+    }
+    in.messages.push_back(std::move(msg));
+  }
+  in.continue_final_message = chat.continue_final_message();
+  // Continuing the final message implies no generation prompt unless the
+  // client asked for both (which the template input refuses).
+  in.add_generation_prompt = chat.has_add_generation_prompt()
+                                 ? chat.add_generation_prompt()
+                                 : !chat.continue_final_message();
+  if (!chat.tools_json().empty()) {
+    auto tools = parse(chat.tools_json(), "tools_json");
+    if (!tools.ok()) return tools.status();
+    if (!tools->is_array()) return Invalid("tools_json must be a list");
+    if (!tools->empty()) in.tools = *std::move(tools);
+  }
+  if (!chat.chat_template_kwargs_json().empty()) {
+    auto kwargs =
+        parse(chat.chat_template_kwargs_json(), "chat_template_kwargs_json");
+    if (!kwargs.ok()) return kwargs.status();
+    if (!kwargs->is_object()) {
+      return Invalid("chat_template_kwargs_json must be an object");
+    }
+    in.kwargs = *std::move(kwargs);
+  }
+  support.templates->ApplySpecialTokens(&in);
+  auto tmpl = support.templates->SelectOrError(!in.tools.is_null());
+  if (!tmpl.ok()) return tmpl.status();
+  auto text = (*tmpl)->Render(in);
+  if (!text.ok()) return Invalid(std::string(text.status().message()));
+  RenderedChat out;
+  out.text = *std::move(text);
+  auto ids = tokenizer->Encode(out.text, /*add_special_tokens=*/false);
+  if (!ids.ok()) {
+    return Invalid(absl::StrCat("cannot tokenize the rendered conversation: ",
+                                ids.status().message()));
+  }
+  out.ids = *std::move(ids);
+  return out;
+}
+
 absl::StatusOr<ResolvedRequest> ResolveRequest(
     const pdserve::v1::GenerateRequest& request, const Tokenizer* tokenizer,
-    const RouterModelInfo& model, const RequestLimits& limits) {
+    const ChatSupport& chat, const RouterModelInfo& model,
+    const RequestLimits& limits) {
   ResolvedRequest out;
   if (request.ByteSizeLong() > static_cast<size_t>(limits.max_request_bytes)) {
     return Invalid(absl::StrCat("request is ", request.ByteSizeLong(),
@@ -108,8 +188,17 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
         }
       }
       break;
+    case pdserve::v1::GenerateRequest::kChat: {
+      auto rendered = RenderChat(request.chat(), chat, tokenizer);
+      if (!rendered.ok()) return rendered.status();
+      out.prompt_ids = std::move(rendered->ids);
+      if (out.prompt_ids.empty()) {
+        return Invalid("empty prompt: the rendered conversation has no tokens");
+      }
+      break;
+    }
     default:
-      return Invalid("empty prompt: set text or token_ids");
+      return Invalid("empty prompt: set text, token_ids or chat");
   }
   const int prompt_len = static_cast<int>(out.prompt_ids.size());
   if (prompt_len > limits.max_prompt_tokens) {

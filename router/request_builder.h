@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/chat_template/chat_template.h"
 #include "common/sampling/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 #include "pdserve/v1/generate.pb.h"
@@ -42,6 +43,27 @@ struct RequestLimits {
   int max_request_bytes = 1 << 20;
 };
 
+// The model's chat templates, or why there are none (the message chat
+// requests are refused with).
+struct ChatSupport {
+  const ModelChatTemplates* templates = nullptr;
+  absl::Status unavailable = absl::FailedPreconditionError(
+      "this router has no chat template: start it with --chat_template=FILE");
+};
+
+// A conversation rendered with the chat template and tokenized WITHOUT
+// special tokens (the template writes BOS itself).
+struct RenderedChat {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+// INVALID_ARGUMENT for a bad message, tools or kwargs value and for template
+// errors (with the template's own message); FAILED_PRECONDITION without a
+// template.
+absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
+                                        const ChatSupport& support,
+                                        const Tokenizer* tokenizer);
+
 struct ResolvedRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
@@ -53,7 +75,8 @@ struct ResolvedRequest {
 // `tokenizer` may be null (token-id input only).
 absl::StatusOr<ResolvedRequest> ResolveRequest(
     const pdserve::v1::GenerateRequest& request, const Tokenizer* tokenizer,
-    const RouterModelInfo& model, const RequestLimits& limits);
+    const ChatSupport& chat, const RouterModelInfo& model,
+    const RequestLimits& limits);
 
 }  // namespace pdserve
 

@@ -42,10 +42,9 @@ class Cluster {
     ASSERT_TRUE(port.ok()) << port.status();
     target_ = absl::StrCat("127.0.0.1:", *port);
     stdout_path_ = dir + "/up.out";
-    std::vector<std::string> argv = {PDSERVE_BINARY, "up",
-                                     "--model=models/stories260K",
-                                     absl::StrCat("--port=", *port),
-                                     "--http_port=-1"};
+    std::vector<std::string> argv = {
+        PDSERVE_BINARY, "up", "--model=models/stories260K",
+        absl::StrCat("--port=", *port), "--http_port=-1"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     SubprocessOptions opts;
     opts.stdout_path = stdout_path_;

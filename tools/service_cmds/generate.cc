@@ -6,8 +6,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/grpc_util/raw_proto.h"
+#include "nlohmann/json.hpp"
+#include "router/http/openai_request.h"
 #include "tools/client/generate_client.h"
 #include "tools/common_flags.h"
 #include "tools/service_cmds/service_common.h"
@@ -16,6 +20,15 @@
 ABSL_FLAG(int32_t, concurrency, 8,
           "generate --input_jsonl: requests in flight");
 ABSL_FLAG(double, timeout_seconds, 600, "generate: deadline of each request");
+ABSL_FLAG(std::string, chat, "",
+          "generate: send this user message as a conversation (rendered with "
+          "the router's chat template) instead of a raw prompt");
+ABSL_FLAG(std::string, messages_json, "",
+          "generate: a conversation from this JSON file: a list of messages "
+          "([{\"role\", \"content\"}...]) or an object with \"messages\" and "
+          "optionally \"tools\", \"chat_template_kwargs\", "
+          "\"add_generation_prompt\", \"continue_final_message\" (the OpenAI "
+          "chat request's fields)");
 ABSL_FLAG(std::string, tls_ca, "",
           "generate: CA certificate (PEM) to verify a TLS router (empty = "
           "plaintext)");
@@ -75,21 +88,84 @@ int RunJsonl(v1::Generation::Stub& stub, const std::string& path) {
   return rc;
 }
 
+// The conversation of --chat or --messages_json, parsed like the body of an
+// OpenAI chat request (so the CLI and the HTTP API accept the same shapes).
+absl::StatusOr<v1::ChatInput> ChatFromFlags() {
+  nlohmann::json body;
+  const std::string file = absl::GetFlag(FLAGS_messages_json);
+  if (!file.empty()) {
+    auto text = ReadFileToString(file);
+    if (!text.ok()) return text.status();
+    body = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--messages_json: ", file, " is not valid JSON"));
+    }
+    if (body.is_array()) body = nlohmann::json{{"messages", body}};
+  } else {
+    body = {{"messages",
+             {{{"role", "user"}, {"content", absl::GetFlag(FLAGS_chat)}}}}};
+  }
+  openai::RequestError error;
+  auto parsed = openai::ParseChatRequest(body, &error);
+  if (!parsed.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.empty() ? "--chat" : "--messages_json", ": ",
+                     error.status.message()));
+  }
+  return parsed->prompts[0].chat();
+}
+
+// Strings must be UTF-8 (protobuf refuses others): say where before sending.
+absl::Status CheckUtf8(const std::string& what, const std::string& s) {
+  const int64_t at = InvalidUtf8Offset(s);
+  if (at < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " is not valid UTF-8 (byte ", at, " is 0x",
+      absl::Hex(static_cast<unsigned char>(s[at]), absl::kZeroPad2),
+      "); give UTF-8 text or --prompt_ids"));
+}
+
 int RunGenerateCmd(const std::vector<std::string>& args) {
   auto stub = MakeStub();
   if (!stub.ok()) return FailWith("generate", stub.status());
   const std::string jsonl = absl::GetFlag(FLAGS_input_jsonl);
   if (!jsonl.empty()) return RunJsonl(**stub, jsonl);
+  // A PROMPT argument, even "" (BOS alone).
+  const bool has_text = args.size() > 1;
   std::vector<std::string> words(args.begin() + (args.empty() ? 0 : 1),
                                  args.end());
   const std::string prompt = absl::StrJoin(words, " ");
   const auto ids = absl::GetFlag(FLAGS_prompt_ids);
-  if (prompt.empty() && ids.empty()) {
-    std::fprintf(stderr, "pdserve generate: give a PROMPT or --prompt_ids\n");
+  const bool chat = !absl::GetFlag(FLAGS_chat).empty() ||
+                    !absl::GetFlag(FLAGS_messages_json).empty();
+  if (static_cast<int>(has_text) + static_cast<int>(!ids.empty()) +
+          static_cast<int>(chat) !=
+      1) {
+    std::fprintf(stderr,
+                 "pdserve generate: give one of PROMPT, --prompt_ids, --chat "
+                 "or --messages_json\n");
     return 2;
+  }
+  if (absl::Status s = CheckUtf8("the prompt", prompt); !s.ok()) {
+    return FailWith("generate", s);
+  }
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) {
+    if (absl::Status s = CheckUtf8("a --stop string", stop); !s.ok()) {
+      return FailWith("generate", s);
+    }
+  }
+  if (absl::Status s = CheckUtf8("--chat", absl::GetFlag(FLAGS_chat));
+      !s.ok()) {
+    return FailWith("generate", s);
   }
   auto req = RequestFromFlags(prompt, ids);
   if (!req.ok()) return FailWith("generate", req.status());
+  if (chat) {
+    auto conversation = ChatFromFlags();
+    if (!conversation.ok()) return FailWith("generate", conversation.status());
+    *req->mutable_chat() = *std::move(conversation);
+  }
   const bool json = absl::GetFlag(FLAGS_json);
   auto result = RunGenerate(**stub, *req,
                             absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds)),
@@ -119,7 +195,8 @@ PDSERVE_SUBCOMMAND(
     "pdserve generate --target=HOST:PORT [--json] [--max_tokens=N] "
     "[--temperature=T] "
     "[--top_p --top_k --min_p --seed --stop --stop_token_ids --ignore_eos "
-    "--top_logprobs] PROMPT...\n"
+    "--top_logprobs] (PROMPT... | --prompt_ids=1,2,3 | --chat=MESSAGE | "
+    "--messages_json=FILE)\n"
     "pdserve generate --target=HOST:PORT --input_jsonl=FILE [--concurrency=K]",
     RunGenerateCmd);
 

@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
+#include "common/chat_template/chat_template.h"
 #include "common/metrics/router_metrics.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
@@ -149,6 +150,20 @@ int RunRouter(const std::vector<std::string>&) {
   } else {
     PDSERVE_LOG_WARNING("no tokenizer: only token-id prompts are accepted");
   }
+  // The chat template: a template that does not parse (or a missing
+  // --chat_template file) stops the router here; a model without one only
+  // makes chat requests fail with the reason.
+  const bool synthetic = model_path.rfind("synthetic:", 0) == 0;
+  absl::StatusOr<ModelChatTemplates> chat_templates = ModelChatTemplates::Load(
+      synthetic ? "" : model_path, absl::GetFlag(FLAGS_chat_template));
+  if (!chat_templates.ok() &&
+      !absl::IsFailedPrecondition(chat_templates.status())) {
+    return FailWith("router", chat_templates.status());
+  }
+  if (!chat_templates.ok()) {
+    PDSERVE_LOG_INFO("chat requests will be refused: %s",
+                     chat_templates.status().message());
+  }
   if (options.mode != RouterMode::kColocated &&
       absl::GetFlag(FLAGS_prefill_workers).empty()) {
     return FailWith(
@@ -172,7 +187,8 @@ int RunRouter(const std::vector<std::string>&) {
   popts.kind = PoolKind::kDecode;
   popts.targets = absl::GetFlag(FLAGS_decode_workers);
   WorkerPool decode(popts);
-  GenerationCore core(options, *model, std::move(tokenizer), &prefill, &decode,
+  GenerationCore core(options, *model, std::move(tokenizer),
+                      std::move(chat_templates), &prefill, &decode,
                       &router_metrics);
   GenerationService service(&core);
 
@@ -237,7 +253,7 @@ PDSERVE_SUBCOMMAND(
     "router", "run the router (public Generation API, gRPC)",
     "pdserve router --prefill_workers=h:p,... --decode_workers=h:p,... "
     "[--port=50051] [--http_port=8000] [--mode=disaggregated|colocated|auto] "
-    "[--tls_cert --tls_key]",
+    "[--chat_template=FILE] [--tls_cert --tls_key]",
     RunRouter);
 
 }  // namespace

@@ -209,6 +209,10 @@ int RunUp(const std::vector<std::string>&) {
     flags.push_back(absl::StrCat("--mode=", mode));
     flags.push_back(
         absl::StrCat("--http_port=", absl::GetFlag(FLAGS_http_port)));
+    if (!absl::GetFlag(FLAGS_chat_template).empty()) {
+      flags.push_back(
+          absl::StrCat("--chat_template=", absl::GetFlag(FLAGS_chat_template)));
+    }
     if (!p_targets.empty()) {
       flags.push_back(
           absl::StrCat("--prefill_workers=", absl::StrJoin(p_targets, ",")));
@@ -347,6 +351,7 @@ PDSERVE_SUBCOMMAND("up",
                    "child processes",
                    "pdserve up [--model=models/stories260K] [--prefill=1] "
                    "[--decode=1] [--port=50051] [--http_port=8000] "
+                   "[--chat_template=FILE] "
                    "[--mode=disaggregated|colocated|auto] "
                    "[--demo_prompt=\"Once upon a time\"]",
                    RunUp);

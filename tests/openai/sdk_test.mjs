@@ -1,0 +1,128 @@
+// The official OpenAI SDK (npm `openai`, pinned in package.json) against
+// pdserve's HTTP API. Run by tests/integration/service_openai_sdk_test.cc,
+// which starts the cluster and computes the expected outputs with gRPC and
+// `pdserve complete`:
+//   node sdk_test.mjs --base_url=http://127.0.0.1:P/v1 --expect=FILE.json
+//        [--overload_url=http://127.0.0.1:Q/v1]
+// Prints one line per check; exits 1 when any check fails.
+import fs from "node:fs";
+import OpenAI from "openai";
+
+const args = Object.fromEntries(
+  process.argv.slice(2).map((a) => a.replace(/^--/, "").split(/=(.*)/s).slice(0, 2)));
+const expect = JSON.parse(fs.readFileSync(args.expect, "utf8"));
+const client = new OpenAI({ baseURL: args.base_url, apiKey: "unused", maxRetries: 0 });
+const model = expect.model;
+let failures = 0;
+
+function check(name, ok, detail = "") {
+  console.log(`${ok ? "ok  " : "FAIL"} ${name}${detail ? ": " + detail : ""}`);
+  if (!ok) failures++;
+}
+const idsOf = (tokens) => tokens.map((t) => Number(String(t).replace("token_id:", "")));
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+// 1. A streamed chat completion, greedy, with usage: the ids are what
+//    `pdserve complete` gives on the rendered prompt.
+{
+  const stream = await client.chat.completions.create({
+    model, messages: expect.chat.messages, max_tokens: expect.chat.max_tokens,
+    temperature: 0, stream: true, stream_options: { include_usage: true },
+    logprobs: true, return_tokens_as_token_ids: true,
+  });
+  let text = "", ids = [], usage = null, role = null, finish = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta?.role) role = c.delta.role;
+      text += c.delta?.content ?? "";
+      ids.push(...idsOf((c.logprobs?.content ?? []).map((e) => e.token)));
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  }
+  check("streamed chat: role assistant", role === "assistant", role);
+  check("streamed chat: greedy ids equal pdserve complete on the rendered prompt",
+        same(ids, expect.chat.output_ids), `${JSON.stringify(ids)} vs ${JSON.stringify(expect.chat.output_ids)}`);
+  check("streamed chat: text", text === expect.chat.text, JSON.stringify(text));
+  check("streamed chat: finish_reason", finish === expect.chat.finish_reason, finish);
+  check("streamed chat: include_usage gives usage",
+        usage && usage.prompt_tokens === expect.chat.prompt_tokens &&
+          usage.completion_tokens === ids.length &&
+          usage.total_tokens === usage.prompt_tokens + usage.completion_tokens,
+        JSON.stringify(usage));
+}
+
+// 2. A non-streamed completion of the reference prompt.
+{
+  const r = await client.completions.create({
+    model, prompt: expect.completion.prompt_ids, max_tokens: expect.completion.max_tokens,
+    temperature: 0, logprobs: 0, return_tokens_as_token_ids: true,
+  });
+  check("completion: object", r.object === "text_completion" && r.id.startsWith("cmpl-"), r.id);
+  check("completion: greedy ids equal the reference",
+        same(idsOf(r.choices[0].logprobs.tokens), expect.completion.output_ids));
+  check("completion: usage", r.usage.completion_tokens === expect.completion.output_ids.length &&
+        r.usage.prompt_tokens === expect.completion.prompt_ids.length, JSON.stringify(r.usage));
+}
+
+// 3. Seeded sampling equals gRPC with the same seed.
+{
+  const r = await client.completions.create({
+    model, prompt: expect.seeded.prompt, max_tokens: expect.seeded.max_tokens,
+    temperature: expect.seeded.temperature, top_p: expect.seeded.top_p, seed: expect.seeded.seed,
+  });
+  check("seeded completion equals gRPC with the same seed", r.choices[0].text === expect.seeded.text,
+        `${JSON.stringify(r.choices[0].text)} vs ${JSON.stringify(expect.seeded.text)}`);
+}
+
+// 4. n = 3 gives three choices.
+{
+  const r = await client.chat.completions.create({
+    model, messages: expect.chat.messages, max_tokens: 8, n: 3, temperature: 1.0, seed: 5,
+  });
+  check("n=3 gives 3 choices", r.choices.length === 3 &&
+        r.choices.every((c, i) => c.index === i && c.message.role === "assistant"),
+        `${r.choices.length} choices`);
+  check("n=3 usage counts the prompt once", r.usage.prompt_tokens === expect.chat.prompt_tokens,
+        JSON.stringify(r.usage));
+}
+
+// 5. Errors surface as the SDK's error classes, with pdserve's messages.
+async function expectError(name, fn, status, part) {
+  try {
+    await fn();
+    check(name, false, "no error");
+  } catch (e) {
+    check(name, e instanceof OpenAI.APIError && e.status === status && String(e.message).includes(part),
+          `${e.constructor.name} ${e.status}: ${e.message}`);
+    return e;
+  }
+}
+await expectError("unknown model -> NotFoundError 404",
+  () => client.chat.completions.create({ model: "no-such-model", messages: expect.chat.messages }),
+  404, "no-such-model");
+await expectError("temperature -1 -> BadRequestError 400",
+  () => client.completions.create({ model, prompt: "Hi", temperature: -1 }),
+  400, "temperature must be >= 0");
+await expectError("over-long prompt -> BadRequestError 400",
+  () => client.completions.create({ model, prompt: "a ".repeat(2000), max_tokens: 10 }),
+  400, "exceeds the model context");
+await expectError("a template's raise_exception -> BadRequestError 400",
+  () => client.chat.completions.create({ model, messages: [
+    { role: "user", content: "a" }, { role: "user", content: "b" }] }),
+  400, "alternate");
+
+// 6. 429 with Retry-After from an overloaded router.
+if (args.overload_url) {
+  const small = new OpenAI({ baseURL: args.overload_url, apiKey: "unused", maxRetries: 0 });
+  const results = await Promise.allSettled(Array.from({ length: 8 }, () =>
+    small.completions.create({ model, prompt: "Hi", max_tokens: 100, ignore_eos: true })));
+  const limited = results.filter((r) => r.status === "rejected" && r.reason.status === 429);
+  check("overload -> RateLimitError 429 with Retry-After",
+        limited.length > 0 && limited.every((r) => r.reason instanceof OpenAI.RateLimitError &&
+          Number(r.reason.headers?.["retry-after"]) >= 1),
+        `${limited.length} of 8 limited; retry-after ${limited[0]?.reason.headers?.["retry-after"]}`);
+}
+
+console.log(failures === 0 ? "sdk_test: all checks passed" : `sdk_test: ${failures} check(s) failed`);
+process.exit(failures === 0 ? 0 : 1);
