@@ -24,6 +24,11 @@
 #     also listed from the fresh root (podman, iptables, catatonit, kubectl,
 #     node, npm, curl versions), which is what the container test needs when it
 #     cannot run (then the script says so).
+#  5. The network a fresh machine of this workplace has: its extra CA
+#     certificates (/usr/local/share/ca-certificates, which an egress proxy
+#     may need) and the CA variables of this environment (NODE_EXTRA_CA_CERTS,
+#     SSL_CERT_FILE, ...) pass into the root; nothing else of this machine
+#     does.
 # Everything it prints goes to $PDSERVE_FRESH_LOG (default
 # /tmp/pdserve-fresh-<pid>.log) too. Exit status: 0 when both commands
 # succeeded. --keep leaves the roots (under /tmp) for inspection.
@@ -111,8 +116,15 @@ new_root() {
   root=$(mktemp -d /tmp/pdserve-fresh-root.XXXXXX)
   chmod 755 "$root"
   tar -C "$root" -xf "$PRISTINE"
+  # The root is a mount point, as / is on a machine: podman's storage remounts
+  # / while unpacking layers, which fails in a plain directory.
+  mount --bind "$root" "$root"
   git clone -q --no-local "$SRC" "$root/root/pdserve"
   cp /etc/resolv.conf "$root/etc/resolv.conf"
+  if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
   mount -t proc proc "$root/proc"
   mount --rbind /sys "$root/sys" && mount --make-rslave "$root/sys"
   mount --rbind /dev "$root/dev" && mount --make-rslave "$root/dev"
@@ -120,13 +132,20 @@ new_root() {
   echo "$root"
 }
 
+# The CA variables of this environment (see 5. above).
+CA_ENV=()
+for v in NODE_EXTRA_CA_CERTS SSL_CERT_FILE SSL_CERT_DIR CURL_CA_BUNDLE \
+         REQUESTS_CA_BUNDLE GIT_SSL_CAINFO; do
+  if [ -n "${!v:-}" ]; then CA_ENV+=("$v=${!v}"); fi
+done
+
 # Runs COMMAND as root in ROOT's /root/pdserve with a login-like environment.
 in_root() {
   local root=$1
   shift
   chroot "$root" /usr/bin/env -i HOME=/root TERM=dumb LANG=C.UTF-8 \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    /bin/bash -c "cd /root/pdserve && $*"
+    "${CA_ENV[@]}" /bin/bash -c "cd /root/pdserve && $*"
 }
 
 DEMO_RC=-
