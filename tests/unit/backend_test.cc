@@ -60,9 +60,13 @@ void CheckMatMul(DType dtype, int64_t N, int64_t K) {
       ASSERT_EQ(row[k], want);
     }
     for (int m = 0; m < 13; ++m) {
+      // bf16: the activations are rounded to bf16 at the product.
       double ref = bias[n];
-      for (int64_t k = 0; k < K; ++k)
-        ref += static_cast<double>(x[m * K + k]) * row[k];
+      for (int64_t k = 0; k < K; ++k) {
+        const float xv =
+            dtype == DType::kBF16 ? RoundToBf16(x[m * K + k]) : x[m * K + k];
+        ref += static_cast<double>(xv) * row[k];
+      }
       EXPECT_NEAR(all[m * N + n], ref, 1e-4 * std::sqrt(K)) << m << "," << n;
     }
   }
@@ -88,6 +92,50 @@ TEST(MatMul, F32MatchesReferenceAndIsRowInvariant) {
 TEST(MatMul, Bf16MatchesReferenceAndIsRowInvariant) {
   CheckMatMul(DType::kBF16, 100, 37);
   CheckMatMul(DType::kBF16, 130, 513);
+}
+
+// The bf16 kernel computes exactly vdpbf16ps' definition (Bf16PairDot per
+// pair of k, high half first, DAZ/FTZ), whether the CPU has the instruction
+// or not: checked bit-for-bit against the scalar definition, with values
+// spanning the subnormal range so that DAZ/FTZ matter.
+TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::uniform_int_distribution<int> ex(-140, 10);
+  for (bool tiny : {false, true}) {
+    const int64_t N = 70, K = 75, M = 9;
+    std::vector<float> w(N * K), x(M * K);
+    auto value = [&] {
+      return tiny ? std::ldexp(u(rng), ex(rng) / 2 - 60) : u(rng);
+    };
+    for (auto& v : w) v = value();
+    for (auto& v : x) v = value();
+    PackedMatrix pm(N, K, DType::kBF16);
+    pm.PackRows(0, WeightView{DType::kF32, {N, K}, w.data()});
+    ThreadPool pool(2);
+    std::vector<float> y(M * N);
+    MatMul(pool, x.data(), M, K, pm, nullptr, y.data(), N);
+    std::vector<uint32_t> xp((K + 1) / 2), wp((K + 1) / 2);
+    std::vector<float> row(K);
+    int mismatches = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      RoundToBf16Pairs(x.data() + m * K, K, xp.data());
+      for (int64_t j = 0; j < (K + 1) / 2; ++j) {
+        ASSERT_EQ(xp[j] & 0xffffu, F32ToBf16(x[m * K + 2 * j]));
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        pm.GetRow(n, row.data());
+        RoundToBf16Pairs(row.data(), K, wp.data());
+        float acc = 0;
+        for (int64_t j = 0; j < (K + 1) / 2; ++j) {
+          acc = Bf16PairDot(acc, xp[j], wp[j]);
+        }
+        if (std::memcmp(&acc, &y[m * N + n], 4) != 0) ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0)
+        << "tiny " << tiny << " native " << CpuHasAvx512Bf16();
+  }
 }
 
 // Queries of one sequence attended together (AttendHeads tiles share K/V
