@@ -9,3 +9,12 @@ if(TARGET backend_test)
     ENVIRONMENT PDSERVE_DISABLE_AVX512_BF16=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+# The quantized matmul on its scalar fallback (CPUs without AVX512-VNNI):
+# checked against the same documented arithmetic, bit for bit.
+if(TARGET backend_test)
+  add_test(NAME backend_test_scalar_vnni COMMAND backend_test
+    --gtest_filter=QuantMatMul.*)
+  set_tests_properties(backend_test_scalar_vnni PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512_VNNI=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()
