@@ -29,6 +29,8 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests: certificates, process tools, Prometheus, Python
   openssl procps util-linux iproute2 prometheus python3
+  # GPTQ/AWQ checkpoint tests: the numpy packer (tests/unit/quant_checkpoint_writer.py)
+  python3-numpy
   # deployment tests (tests/deploy): podman with runc, a local Debian base
   # image; netavark needs iptables, `podman play kube` needs catatonit (pods'
   # pause process). Both are only "recommended" by podman, hence named here.

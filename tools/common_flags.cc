@@ -6,6 +6,13 @@ ABSL_FLAG(std::string, model, "models/stories260K",
           "Hugging Face model directory, or synthetic:NAME (llama-110m, "
           "llama-1b, llama3-8b) for random weights at a real shape");
 ABSL_FLAG(std::string, dtype, "f32", "weight/compute dtype: f32 or bf16");
+ABSL_FLAG(std::string, quantization, "none",
+          "quantize the linear layers at load (CPU only): none, int8 or int4, "
+          "optionally -g32|-g64|-g128 (group size along K, default 32) or -pc "
+          "(per output channel) and -asym (zero points), e.g. int4-g128. "
+          "With --dtype=bf16 the int8/int4 kernels run; with f32 the weights "
+          "take their quantized values in f32 (reference numerics). "
+          "GPTQ/AWQ checkpoints are read as quantized whatever this says");
 ABSL_FLAG(std::string, kv_dtype, "auto",
           "KV cache dtype: auto (= --dtype), f32 or bf16");
 ABSL_FLAG(std::string, kv_cache_memory, "256MiB",

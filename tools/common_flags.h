@@ -11,9 +11,10 @@
 #include "absl/flags/declare.h"
 
 // Engine.
-ABSL_DECLARE_FLAG(std::string, model);     // HF directory or synthetic:NAME
-ABSL_DECLARE_FLAG(std::string, dtype);     // f32 | bf16 (weights)
-ABSL_DECLARE_FLAG(std::string, kv_dtype);  // auto (= dtype) | f32 | bf16
+ABSL_DECLARE_FLAG(std::string, model);         // HF directory or synthetic:NAME
+ABSL_DECLARE_FLAG(std::string, dtype);         // f32 | bf16 (weights)
+ABSL_DECLARE_FLAG(std::string, quantization);  // none | int8 | int4[-g128]...
+ABSL_DECLARE_FLAG(std::string, kv_dtype);      // auto (= dtype) | f32 | bf16
 ABSL_DECLARE_FLAG(std::string,
                   kv_cache_memory);  // bytes ("512MiB") or fraction ("0.2")
 ABSL_DECLARE_FLAG(int32_t, block_size);

@@ -14,6 +14,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.model = absl::GetFlag(FLAGS_model);
   ASSIGN_OR_RETURN(o.weight_dtype,
                    ParseComputeDType(absl::GetFlag(FLAGS_dtype)));
+  ASSIGN_OR_RETURN(o.quantization,
+                   ParseQuantization(absl::GetFlag(FLAGS_quantization)));
   const std::string kv = absl::GetFlag(FLAGS_kv_dtype);
   if (kv != "auto") {
     ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));

@@ -1,5 +1,6 @@
 // EngineOptions from the engine flags of tools/common_flags.h (--model,
-// --dtype, --kv_dtype, --kv_cache_memory, --block_size, --threads, --device,
+// --dtype, --quantization, --kv_dtype, --kv_cache_memory, --block_size,
+// --threads, --device,
 // --prefix_caching). One definition for the engine subcommands (complete)
 // and the services (prefill, decode); builds without gRPC. Stateless:
 // thread-safe.

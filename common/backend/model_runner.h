@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -16,6 +17,7 @@
 #include "absl/types/span.h"
 #include "common/kv/kv_cache.h"
 #include "common/model/model_source.h"
+#include "common/model/quantization.h"
 
 namespace pdserve {
 
@@ -30,6 +32,8 @@ struct RunnerItem {
 
 struct RunnerOptions {
   DType weight_dtype = DType::kF32;
+  // Linear layers (and the lm_head, at int8) quantized at load; CPU only.
+  std::optional<QuantFormat> quantization;
   int num_threads = 0;
   int max_batch_tokens = 2048;
 };

@@ -33,6 +33,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return absl::InvalidArgumentError(
         absl::StrCat("device must be cpu or cuda, got '", options.device, "'"));
   }
+  if (options.quantization.has_value() && options.device != "cpu") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--quantization=", options.quantization->ToString(),
+        " is CPU-only: the ", options.device,
+        " backend has no quantized kernels (use --device=cpu or drop "
+        "--quantization)"));
+  }
   auto engine = std::unique_ptr<Engine>(new Engine());
   engine->options_ = options;
   std::unique_ptr<ModelRunner> runner;
@@ -41,17 +48,27 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     ASSIGN_OR_RETURN(std::unique_ptr<ModelSource> source,
                      OpenModelSource(options.model, options.weight_dtype,
                                      options.synthetic_seed));
+    if (source->checkpoint_quant().has_value() && options.device != "cpu") {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.model, " is a ", source->checkpoint_quant()->method,
+          " quantized checkpoint: quantized weights are CPU-only (use "
+          "--device=cpu)"));
+    }
     engine->config_ = source->config();
     engine->gen_config_ = source->generation_config();
     RunnerOptions ro;
     ro.weight_dtype = options.weight_dtype;
+    ro.quantization = options.quantization;
     ro.num_threads = options.num_threads;
     ro.max_batch_tokens = options.max_batch_tokens;
     ASSIGN_OR_RETURN(engine->runner_, options.device == "cuda"
                                           ? CreateCudaRunner(*source, ro)
                                           : CreateCpuRunner(*source, ro));
-    const std::string fp = absl::StrCat(source->fingerprint(), ":",
-                                        DTypeName(options.weight_dtype));
+    std::string fp = absl::StrCat(source->fingerprint(), ":",
+                                  DTypeName(options.weight_dtype));
+    if (options.quantization.has_value()) {
+      absl::StrAppend(&fp, ":", options.quantization->ToString());
+    }
     const XXH128_hash_t h = XXH3_128bits(fp.data(), fp.size());
     engine->fingerprint_ = absl::StrFormat("%016x%016x", h.high64, h.low64);
   }

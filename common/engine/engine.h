@@ -19,6 +19,7 @@
 #include "common/kv/kv_cache.h"  // SeqId, KvLayout
 #include "common/model/config.h"
 #include "common/model/dtype.h"
+#include "common/model/quantization.h"
 
 namespace pdserve {
 
@@ -28,7 +29,11 @@ struct EngineOptions {
   // Hugging Face directory, or "synthetic:llama-110m|llama-1b|llama3-8b".
   std::string model = "models/stories260K";
   DType weight_dtype = DType::kF32;  // compute dtype of the weights (f32|bf16)
-  std::optional<DType> kv_dtype;     // default = weight_dtype
+  // Weights quantized at load (CPU only). With bf16 the int8/int4 kernels
+  // run; with f32 the weights take their quantized values in f32 (reference
+  // numerics, f32 speed).
+  std::optional<QuantFormat> quantization;
+  std::optional<DType> kv_dtype;                // default = weight_dtype
   int64_t kv_cache_bytes = int64_t{256} << 20;  // hard budget of the KV pool
   int block_size = 16;
   int num_threads = 0;          // 0 = all cores
@@ -59,8 +64,9 @@ class Engine {
 
   const ModelConfig& config() const { return config_; }
   const GenerationConfig& generation_config() const { return gen_config_; }
-  // Hex XXH3-128 of the model (config, tensor metadata, sampled weight bytes)
-  // and the weight dtype: equal fingerprints compute identical KV.
+  // Hex XXH3-128 of the model (config, tensor metadata, sampled weight bytes),
+  // the weight dtype and the quantization: equal fingerprints compute
+  // identical KV.
   const std::string& fingerprint() const { return fingerprint_; }
   const EngineOptions& options() const { return options_; }
   KvLayout kv_layout() const { return kv_->layout(); }

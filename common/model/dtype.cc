@@ -6,7 +6,9 @@
 
 namespace pdserve {
 
-int DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
+int DTypeSize(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kI32 ? 4 : 2;
+}
 
 const char* DTypeName(DType dtype) {
   switch (dtype) {
@@ -16,6 +18,8 @@ const char* DTypeName(DType dtype) {
       return "bf16";
     case DType::kF16:
       return "f16";
+    case DType::kI32:
+      return "i32";
   }
   return "?";
 }
@@ -63,6 +67,15 @@ void ConvertToF32(DType src_dtype, const void* src, int64_t n, float* dst) {
         uint16_t v;
         std::memcpy(&v, s + 2 * i, 2);
         dst[i] = F16ToF32(v);
+      }
+      return;
+    }
+    case DType::kI32: {
+      const auto* s = static_cast<const char*>(src);
+      for (int64_t i = 0; i < n; ++i) {
+        int32_t v;
+        std::memcpy(&v, s + 4 * i, 4);
+        dst[i] = static_cast<float>(v);
       }
       return;
     }

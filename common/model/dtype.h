@@ -12,8 +12,9 @@
 
 namespace pdserve {
 
-// kF32 and kBF16 are compute/KV dtypes; kF16 only appears in files.
-enum class DType { kF32, kBF16, kF16 };
+// kF32 and kBF16 are compute/KV dtypes; kF16 and kI32 (GPTQ/AWQ packed
+// codes) only appear in files.
+enum class DType { kF32, kBF16, kF16, kI32 };
 
 int DTypeSize(DType dtype);
 const char* DTypeName(DType dtype);  // "f32", "bf16", "f16"

@@ -33,6 +33,11 @@ std::string HashHex(XXH3_state_t* state) {
   return absl::StrFormat("%016x%016x", h.high64, h.low64);
 }
 
+// "a.b.weight" -> "a.b".
+std::string Prefix(const std::string& weight_name) {
+  return weight_name.substr(0, weight_name.size() - 7);
+}
+
 class CheckpointSource : public ModelSource {
  public:
   static absl::StatusOr<std::unique_ptr<ModelSource>> Open(
@@ -41,6 +46,8 @@ class CheckpointSource : public ModelSource {
     const std::string config_path = dir + "/config.json";
     ASSIGN_OR_RETURN(std::string config_text, ReadFile(config_path));
     ASSIGN_OR_RETURN(src->config_, ParseModelConfig(config_text, config_path));
+    ASSIGN_OR_RETURN(src->checkpoint_quant_,
+                     ParseCheckpointQuant(config_text, config_path));
     const std::string gen_path = dir + "/generation_config.json";
     std::string gen_text;
     struct stat st;
@@ -53,7 +60,10 @@ class CheckpointSource : public ModelSource {
     // Fingerprint: config + metadata + sampled bytes of every tensor.
     XXH3_state_t* state = XXH3_createState();
     XXH3_128bits_reset(state);
-    const std::string canon = src->config_.CanonicalString();
+    std::string canon = src->config_.CanonicalString();
+    if (src->checkpoint_quant_.has_value()) {
+      absl::StrAppend(&canon, ";quant=", src->checkpoint_quant_->ToString());
+    }
     XXH3_128bits_update(state, canon.data(), canon.size());
     for (const TensorInfo* t : src->ckpt_->AllTensors()) {
       const std::string meta = absl::StrCat(t->name, ":", DTypeName(t->dtype),
@@ -80,6 +90,11 @@ class CheckpointSource : public ModelSource {
           t->file, ": tensor '", name, "' has shape ", ShapeString(t->shape),
           ", expected ", ShapeString(shape), " from config.json"));
     }
+    if (t->dtype == DType::kI32) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t->file, ": tensor '", name,
+                       "' is I32, expected a floating-point tensor"));
+    }
     WeightView v;
     v.dtype = t->dtype;
     v.shape = t->shape;
@@ -87,6 +102,21 @@ class CheckpointSource : public ModelSource {
     return v;
   }
   bool Has(const std::string& name) const override { return ckpt_->Has(name); }
+
+  bool IsQuantized(const std::string& weight_name) const override {
+    return checkpoint_quant_.has_value() &&
+           absl::EndsWith(weight_name, ".weight") &&
+           ckpt_->Has(Prefix(weight_name) + ".qweight");
+  }
+  absl::StatusOr<QuantizedWeight> GetQuantized(const std::string& weight_name,
+                                               int64_t rows,
+                                               int64_t cols) override {
+    if (!IsQuantized(weight_name)) {
+      return ModelSource::GetQuantized(weight_name, rows, cols);
+    }
+    return LoadQuantizedLinear(*ckpt_, *checkpoint_quant_, Prefix(weight_name),
+                               rows, cols);
+  }
 
  private:
   std::unique_ptr<Checkpoint> ckpt_;

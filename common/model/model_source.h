@@ -8,12 +8,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "common/model/config.h"
 #include "common/model/dtype.h"
+#include "common/model/quantized_checkpoint.h"
 
 namespace pdserve {
 
@@ -39,7 +42,23 @@ class ModelSource {
                                          const std::vector<int64_t>& shape) = 0;
   virtual bool Has(const std::string& name) const = 0;
 
+  // GPTQ/AWQ: the checkpoint's quantization_config (else nullopt), whether
+  // linear `weight_name` ("....q_proj.weight") is stored quantized, and its
+  // codes, scales and zero points (errors name the tensor).
+  const std::optional<CheckpointQuant>& checkpoint_quant() const {
+    return checkpoint_quant_;
+  }
+  virtual bool IsQuantized(const std::string& weight_name) const {
+    return false;
+  }
+  virtual absl::StatusOr<QuantizedWeight> GetQuantized(
+      const std::string& weight_name, int64_t rows, int64_t cols) {
+    return absl::NotFoundError(
+        absl::StrCat("'", weight_name, "' is not stored quantized"));
+  }
+
  protected:
+  std::optional<CheckpointQuant> checkpoint_quant_;
   ModelConfig config_;
   GenerationConfig gen_config_;
   std::string fingerprint_;

@@ -24,9 +24,10 @@ absl::StatusOr<DType> ParseFileDType(const std::string& name,
   if (name == "F32") return DType::kF32;
   if (name == "BF16") return DType::kBF16;
   if (name == "F16") return DType::kF16;
+  if (name == "I32") return DType::kI32;
   return absl::InvalidArgumentError(
       absl::StrCat(path, ": tensor '", tensor, "' has unsupported dtype ", name,
-                   " (supported: F32, F16, BF16)"));
+                   " (supported: F32, F16, BF16, I32)"));
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

@@ -10,4 +10,4 @@ if(TARGET pdserve_client)
   add_dependencies(pdserve_cluster_harness pdserve)
 endif()
 pdserve_add_cluster_tests(NAMES service_exactness service_failure
-  service_input service_tls service_up)
+  service_input service_tls service_up service_quantized)

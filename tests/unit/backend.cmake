@@ -1,2 +1,20 @@
 pdserve_add_test(backend_test SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/backend_test.cc
   LIBS pdserve_backend LABELS engine)
+# The same matmul checks on the AVX-512F emulation of vdpbf16ps (CPUs
+# without AVX512-BF16): bit-identical by construction.
+if(TARGET backend_test)
+  add_test(NAME backend_test_emulated_bf16 COMMAND backend_test
+    --gtest_filter=MatMul.*)
+  set_tests_properties(backend_test_emulated_bf16 PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512_BF16=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()
+# The quantized matmul on its scalar fallback (CPUs without AVX512-VNNI):
+# checked against the same documented arithmetic, bit for bit.
+if(TARGET backend_test)
+  add_test(NAME backend_test_scalar_vnni COMMAND backend_test
+    --gtest_filter=QuantMatMul.*)
+  set_tests_properties(backend_test_scalar_vnni PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512_VNNI=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()

@@ -10,6 +10,7 @@
 
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/quantized_matrix.h"
 #include "common/backend/thread_pool.h"
 #include "gtest/gtest.h"
 
@@ -60,9 +61,13 @@ void CheckMatMul(DType dtype, int64_t N, int64_t K) {
       ASSERT_EQ(row[k], want);
     }
     for (int m = 0; m < 13; ++m) {
+      // bf16: the activations are rounded to bf16 at the product.
       double ref = bias[n];
-      for (int64_t k = 0; k < K; ++k)
-        ref += static_cast<double>(x[m * K + k]) * row[k];
+      for (int64_t k = 0; k < K; ++k) {
+        const float xv =
+            dtype == DType::kBF16 ? RoundToBf16(x[m * K + k]) : x[m * K + k];
+        ref += static_cast<double>(xv) * row[k];
+      }
       EXPECT_NEAR(all[m * N + n], ref, 1e-4 * std::sqrt(K)) << m << "," << n;
     }
   }
@@ -88,6 +93,194 @@ TEST(MatMul, F32MatchesReferenceAndIsRowInvariant) {
 TEST(MatMul, Bf16MatchesReferenceAndIsRowInvariant) {
   CheckMatMul(DType::kBF16, 100, 37);
   CheckMatMul(DType::kBF16, 130, 513);
+}
+
+// The bf16 kernel computes exactly vdpbf16ps' definition (Bf16PairDot per
+// pair of k, high half first, DAZ/FTZ), whether the CPU has the instruction
+// or not: checked bit-for-bit against the scalar definition, with values
+// spanning the subnormal range so that DAZ/FTZ matter.
+TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::uniform_int_distribution<int> ex(-140, 10);
+  for (bool tiny : {false, true}) {
+    const int64_t N = 70, K = 75, M = 9;
+    std::vector<float> w(N * K), x(M * K);
+    auto value = [&] {
+      return tiny ? std::ldexp(u(rng), ex(rng) / 2 - 60) : u(rng);
+    };
+    for (auto& v : w) v = value();
+    for (auto& v : x) v = value();
+    PackedMatrix pm(N, K, DType::kBF16);
+    pm.PackRows(0, WeightView{DType::kF32, {N, K}, w.data()});
+    ThreadPool pool(2);
+    std::vector<float> y(M * N);
+    MatMul(pool, x.data(), M, K, pm, nullptr, y.data(), N);
+    std::vector<uint32_t> xp((K + 1) / 2), wp((K + 1) / 2);
+    std::vector<float> row(K);
+    int mismatches = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      RoundToBf16Pairs(x.data() + m * K, K, xp.data());
+      for (int64_t j = 0; j < (K + 1) / 2; ++j) {
+        ASSERT_EQ(xp[j] & 0xffffu, F32ToBf16(x[m * K + 2 * j]));
+      }
+      for (int64_t n = 0; n < N; ++n) {
+        pm.GetRow(n, row.data());
+        RoundToBf16Pairs(row.data(), K, wp.data());
+        float acc = 0;
+        for (int64_t j = 0; j < (K + 1) / 2; ++j) {
+          acc = Bf16PairDot(acc, xp[j], wp[j]);
+        }
+        if (std::memcmp(&acc, &y[m * N + n], 4) != 0) ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0)
+        << "tiny " << tiny << " native " << CpuHasAvx512Bf16();
+  }
+}
+
+// ---- Quantized matrices.
+
+// The documented arithmetic of QuantMatMul, written out independently: each
+// row quantized in blocks of 32, per block an exact integer dot product with
+// the codes, acc = fma(float(isum - zero * sum q), scale * s, acc).
+std::vector<float> QuantReference(const QuantizedMatrix& w,
+                                  const std::vector<float>& x, int64_t M) {
+  const int64_t K = w.k(), N = w.n();
+  const int64_t G =
+      w.format().group_size > 0 ? w.format().group_size : (K + 31) / 32 * 32;
+  const int64_t blocks = w.groups() * G / 32;
+  std::vector<float> y(M * N);
+  for (int64_t m = 0; m < M; ++m) {
+    std::vector<int> q(blocks * 32, 0);
+    std::vector<float> s(blocks);
+    std::vector<int> qsum(blocks, 0);
+    for (int64_t b = 0; b < blocks; ++b) {
+      float amax = 0;
+      for (int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) {
+        amax = std::max(amax, std::fabs(x[m * K + k]));
+      }
+      const float inv = amax > 0 ? 127.0f / amax : 0.0f;
+      s[b] = amax / 127.0f;
+      for (int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) {
+        q[k] = static_cast<int>(std::nearbyint(x[m * K + k] * inv));
+        qsum[b] += q[k];
+      }
+    }
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t g = b * 32 / G;
+        int isum = 0;
+        for (int64_t k = b * 32; k < std::min(K, b * 32 + 32); ++k) {
+          isum += w.Code(n, k) * q[k];
+        }
+        // Padding past K holds zero weights: code == zero point, q == 0.
+        const float v = static_cast<float>(isum - w.Zero(n, g) * qsum[b]);
+        acc = std::fma(v, w.Scale(n, g) * s[b], acc);
+      }
+      y[m * N + n] = acc;
+    }
+  }
+  return y;
+}
+
+void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K) {
+  auto format = ParseQuantization(spec);
+  ASSERT_TRUE(format.ok() && format->has_value()) << spec;
+  std::mt19937 rng(N * 31 + K);
+  std::uniform_real_distribution<float> u(-1, 1);
+  constexpr int64_t M = 11;
+  std::vector<float> w(N * K), x(M * K), bias(N);
+  for (auto& v : w) v = u(rng);
+  for (auto& v : x) v = u(rng) * (1 + 3 * (u(rng) > 0.9f));  // some outliers
+  for (auto& v : bias) v = u(rng);
+  QuantizedMatrix qm(N, K, **format);
+  for (int64_t n = 0; n < N; ++n) qm.QuantizeRow(n, w.data() + n * K);
+  // Dequantized weights within half a step of the originals (int8
+  // symmetric); a step where the range clips (int4 symmetric maps the
+  // largest magnitude to -8, so +8 steps clip to +7) or the zero point is
+  // rounded (asymmetric).
+  const int64_t G = qm.format().group_size;
+  const float bound =
+      qm.format().symmetric && qm.format().bits == 8 ? 0.5f : 1.0f;
+  std::vector<float> row(K);
+  for (int64_t n = 0; n < N; ++n) {
+    qm.GetRow(n, row.data());
+    for (int64_t k = 0; k < K; ++k) {
+      const float step = std::fabs(qm.Scale(n, k / G));
+      ASSERT_LE(std::fabs(row[k] - w[n * K + k]), bound * step * 1.001f + 1e-7f)
+          << spec << " n " << n << " k " << k;
+    }
+  }
+  ThreadPool pool1(1), pool3(3);
+  std::vector<float> all(M * N);
+  QuantMatMul(pool3, x.data(), M, K, qm, nullptr, all.data(), N);
+  const std::vector<float> ref = QuantReference(qm, x, M);
+  EXPECT_EQ(std::memcmp(all.data(), ref.data(), all.size() * 4), 0)
+      << spec << ": differs from the documented arithmetic (VNNI "
+      << CpuHasAvx512Vnni() << ")";
+  // Close to the f32 product with the dequantized weights (activations are
+  // quantized to 8 bits: ~1% of the magnitude).
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      qm.GetRow(n, row.data());
+      double exact = 0, mag = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        exact += static_cast<double>(x[m * K + k]) * row[k];
+        mag += std::fabs(static_cast<double>(x[m * K + k]) * row[k]);
+      }
+      EXPECT_NEAR(all[m * N + n], exact, 0.02 * mag + 1e-6) << spec;
+    }
+  }
+  // Bias, subsets of rows, 1 or 3 threads: same bits.
+  std::vector<float> with_bias(M * N);
+  QuantMatMul(pool1, x.data(), M, K, qm, bias.data(), with_bias.data(), N);
+  for (int64_t i = 0; i < M * N; ++i) {
+    ASSERT_EQ(with_bias[i], all[i] + bias[i % N]);
+  }
+  for (int m0 = 0; m0 < M; m0 += 3) {
+    for (int rows : {1, 2, 4, 7}) {
+      if (m0 + rows > M) continue;
+      std::vector<float> part(rows * N);
+      QuantMatMul((rows % 2) ? pool1 : pool3, x.data() + m0 * K, rows, K, qm,
+                  nullptr, part.data(), N);
+      EXPECT_EQ(std::memcmp(part.data(), all.data() + m0 * N, rows * N * 4), 0)
+          << spec << " rows " << m0 << "+" << rows;
+    }
+  }
+}
+
+TEST(QuantMatMul, Int8MatchesDefinitionAndIsRowInvariant) {
+  CheckQuantMatMul("int8", 100, 75);
+  CheckQuantMatMul("int8", 64, 256);
+  CheckQuantMatMul("int8-pc", 70, 200);
+  CheckQuantMatMul("int8-g64-asym", 65, 130);
+}
+
+TEST(QuantMatMul, Int4MatchesDefinitionAndIsRowInvariant) {
+  CheckQuantMatMul("int4", 100, 75);
+  CheckQuantMatMul("int4-g128", 130, 300);
+  CheckQuantMatMul("int4-asym", 64, 96);
+  CheckQuantMatMul("int4-g128-asym", 70, 256);
+}
+
+TEST(QuantMatMul, SetCodesRoundTrips) {
+  QuantFormat f{4, 32, false};
+  QuantizedMatrix qm(3, 70, f);
+  std::vector<uint8_t> codes(70);
+  for (int k = 0; k < 70; ++k) codes[k] = static_cast<uint8_t>((k * 7) % 16);
+  const float scales[3] = {0.5f, -0.25f, 1.0f / 1024};
+  const uint8_t zeros[3] = {3, 15, 0};
+  qm.SetCodes(1, codes.data(), scales, zeros);
+  for (int k = 0; k < 70; ++k) {
+    EXPECT_EQ(qm.Code(1, k), codes[k]);
+    EXPECT_EQ(qm.Code(0, k), 0);
+  }
+  for (int g = 0; g < 3; ++g) {
+    EXPECT_EQ(qm.Scale(1, g), scales[g]);
+    EXPECT_EQ(qm.Zero(1, g), zeros[g]);
+  }
 }
 
 // Queries of one sequence attended together (AttendHeads tiles share K/V

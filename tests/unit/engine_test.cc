@@ -48,10 +48,12 @@ std::vector<Reference> LoadReferences() {
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& model, DType dtype,
-                                   int threads = 2, int block_size = 16) {
+                                   int threads = 2, int block_size = 16,
+                                   const std::string& quantization = "none") {
   EngineOptions o;
   o.model = model;
   o.weight_dtype = dtype;
+  o.quantization = *ParseQuantization(quantization);
   o.kv_cache_bytes = 64 << 20;
   o.num_threads = threads;
   o.block_size = block_size;
@@ -132,8 +134,9 @@ bool SameBits(const float* a, const float* b, int n) {
 // bit-identical alone, in several batch compositions (with prefills and
 // decodes mixed) and with its prompt prefilled in chunks of 1, 7 and 16.
 void CheckBatchInvariance(const std::string& model, DType dtype,
-                          std::vector<std::vector<int32_t>> prompts) {
-  auto e = MakeEngine(model, dtype);
+                          std::vector<std::vector<int32_t>> prompts,
+                          const std::string& quantization = "none") {
+  auto e = MakeEngine(model, dtype, 2, 16, quantization);
   ASSERT_NE(e, nullptr);
   const int V = e->config().vocab_size;
   std::mt19937 rng(7);
@@ -226,6 +229,21 @@ TEST(BatchInvariance, SyntheticGqaF32) {
 TEST(BatchInvariance, SyntheticGqaBf16) {
   CheckBatchInvariance("synthetic:tiny-gqa", DType::kBF16, {{1, 2, 3}});
 }
+// Quantized weights (int8/int4 VNNI kernels with activations quantized per
+// row): the same exactness.
+TEST(BatchInvariance, Stories260KInt8) {
+  CheckBatchInvariance("models/stories260K", DType::kBF16, ReferencePrompts(),
+                       "int8");
+}
+TEST(BatchInvariance, Stories260KInt4) {
+  CheckBatchInvariance("models/stories260K", DType::kBF16, ReferencePrompts(),
+                       "int4");
+}
+TEST(BatchInvariance, SyntheticGqaInt4G128AsymAndInt8PerChannel) {
+  CheckBatchInvariance("synthetic:tiny-gqa", DType::kBF16, {{1, 2, 3}},
+                       "int4-g128-asym");
+  CheckBatchInvariance("synthetic:tiny", DType::kBF16, {{1, 2, 3}}, "int8-pc");
+}
 TEST(BatchInvariance, SyntheticTinyOneThreadVsThree) {
   // The work split across threads never changes a result either.
   auto one = MakeEngine("synthetic:tiny", DType::kF32, 1);
@@ -299,6 +317,49 @@ TEST(KvTransfer, FingerprintDiffersAcrossModelsAndDtypes) {
   EXPECT_EQ(a->fingerprint().size(), 32u);
   EXPECT_NE(a->fingerprint(), b->fingerprint());
   EXPECT_NE(a->fingerprint(), c->fingerprint());
+  // Quantization is part of the numerics: each format its own fingerprint.
+  auto i8 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int8");
+  auto i4 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4");
+  auto i4g = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4-g128");
+  auto i8again = MakeEngine("models/stories260K", DType::kBF16, 1, 8, "int8");
+  EXPECT_NE(i8->fingerprint(), b->fingerprint());
+  EXPECT_NE(i8->fingerprint(), i4->fingerprint());
+  EXPECT_NE(i4->fingerprint(), i4g->fingerprint());
+  EXPECT_EQ(i8->fingerprint(), i8again->fingerprint());
+}
+
+TEST(Quantization, CpuOnlyAndFlagParsing) {
+  EngineOptions o;
+  o.model = "synthetic:tiny";
+  o.device = "cuda";
+  o.quantization = QuantFormat{4, 32, true};
+  auto e = Engine::Create(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(e.status().message().find("CPU-only"), std::string::npos)
+      << e.status();
+  for (const char* good :
+       {"int8", "int4", "int4-g128", "int4-g128-asym", "int8-pc", "int4-g64"}) {
+    auto q = ParseQuantization(good);
+    ASSERT_TRUE(q.ok() && q->has_value()) << good;
+    EXPECT_EQ((*q)->ToString(), good);
+  }
+  EXPECT_FALSE(ParseQuantization("none")->has_value());
+  for (const char* bad : {"int3", "int4-g100", "int8-g0", "fp8", "int4-x"}) {
+    EXPECT_FALSE(ParseQuantization(bad).ok()) << bad;
+  }
+}
+
+// Decoding with int8 KV from a prefill on another engine continues exactly
+// (the quantized path through the KV transfer).
+TEST(Quantization, KvTransferAndInt8AgreesWithBf16) {
+  auto bf16 = MakeEngine("models/stories260K", DType::kBF16);
+  auto i8 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int8");
+  for (const auto& p : ReferencePrompts()) {
+    auto a = LogitsAlone(*bf16, p), b = LogitsAlone(*i8, p);
+    EXPECT_EQ(std::max_element(a.begin(), a.end()) - a.begin(),
+              std::max_element(b.begin(), b.end()) - b.begin());
+  }
 }
 
 // bf16 weights (and bf16 KV) against f32 on stories260K: the same greedy

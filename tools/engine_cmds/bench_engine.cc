@@ -89,6 +89,10 @@ int RunBenchEngine(const std::vector<std::string>&) {
   o.device = absl::GetFlag(FLAGS_device);
   const bool on_cuda = o.device == "cuda";
   o.weight_dtype = *dtype;
+  auto quantization = ParseQuantization(absl::GetFlag(FLAGS_quantization));
+  if (!quantization.ok())
+    return Fail(std::string(quantization.status().message()));
+  o.quantization = *quantization;
   o.num_threads = threads;
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.max_batch_tokens = std::max(prompt_len, max_batch);
@@ -305,6 +309,8 @@ int RunBenchEngine(const std::vector<std::string>&) {
     nlohmann::json j;
     j["model"] = o.model;
     j["dtype"] = DTypeName(*dtype);
+    j["quantization"] =
+        o.quantization.has_value() ? o.quantization->ToString() : "none";
     j["device"] = o.device;
     j["device_name"] = device_name;
     j["probe"] = probe_name;
@@ -344,10 +350,11 @@ int RunBenchEngine(const std::vector<std::string>&) {
     return 0;
   }
   std::printf(
-      "model %s  dtype %s  device %s  threads %d  prompt_len %d  gen_len %d  "
-      "(load %.1f s)\n",
-      o.model.c_str(), DTypeName(*dtype), device_name.c_str(), threads,
-      prompt_len, gen_len, load_s);
+      "model %s  dtype %s  quantization %s  device %s  threads %d  "
+      "prompt_len %d  gen_len %d  (load %.1f s)\n",
+      o.model.c_str(), DTypeName(*dtype),
+      o.quantization.has_value() ? o.quantization->ToString().c_str() : "none",
+      device_name.c_str(), threads, prompt_len, gen_len, load_s);
   std::printf("%s over %.1f MB  %8.1f GB/s (median of %zu reads)\n", probe_name,
               probe_bytes / 1e6, probe_gbps, all_probe.size());
   if (gemm_ok) {

@@ -66,6 +66,7 @@ std::vector<std::string> CommonChildFlags(int threads) {
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
       absl::StrCat("--tokenizer=", absl::GetFlag(FLAGS_tokenizer)),
       absl::StrCat("--dtype=", absl::GetFlag(FLAGS_dtype)),
+      absl::StrCat("--quantization=", absl::GetFlag(FLAGS_quantization)),
       absl::StrCat("--kv_dtype=", absl::GetFlag(FLAGS_kv_dtype)),
       absl::StrCat("--kv_cache_memory=", absl::GetFlag(FLAGS_kv_cache_memory)),
       absl::StrCat("--block_size=", absl::GetFlag(FLAGS_block_size)),

@@ -9,12 +9,45 @@
 #include "absl/strings/str_cat.h"
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/quantized_matrix.h"
 #include "common/backend/model_runner.h"
 #include "common/backend/thread_pool.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
 namespace {
+
+// A weight matrix in its kernel's layout: packed f32/bf16 or quantized.
+// A GPTQ act-order matrix has its inputs permuted so that its groups are
+// contiguous: input k of the kernel is x[perm[k]].
+struct Linear {
+  PackedMatrix dense;
+  QuantizedMatrix quant;
+  bool quantized = false;
+  std::vector<int32_t> perm;
+  int64_t bytes() const { return quantized ? quant.bytes() : dense.bytes(); }
+};
+
+void LinearMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
+                  const Linear& w, const float* bias, float* y, int64_t ldy) {
+  if (w.quantized) {
+    if (!w.perm.empty()) {
+      thread_local std::vector<float> gathered;
+      const int64_t K = static_cast<int64_t>(w.perm.size());
+      if (static_cast<int64_t>(gathered.size()) < M * K) gathered.resize(M * K);
+      for (int64_t m = 0; m < M; ++m) {
+        for (int64_t k = 0; k < K; ++k) {
+          gathered[m * K + k] = x[m * ldx + w.perm[k]];
+        }
+      }
+      QuantMatMul(pool, gathered.data(), M, K, w.quant, bias, y, ldy);
+      return;
+    }
+    QuantMatMul(pool, x, M, ldx, w.quant, bias, y, ldy);
+  } else {
+    MatMul(pool, x, M, ldx, w.dense, bias, y, ldy);
+  }
+}
 
 // Owns the packed weights and the workspaces (sized once from
 // max_batch_tokens). Not thread-safe: one driving thread.
@@ -28,6 +61,7 @@ class CpuRunner : public ModelRunner {
       const std::function<void(int layer)>& on_layer_done) override;
   int64_t weight_bytes() const override { return weight_bytes_; }
   int64_t weight_bytes_per_pass() const override {
+    // The embedding table is read a row per token, unless it is the lm_head.
     return lm_head_ == &embed_ ? weight_bytes_ : weight_bytes_ - embed_.bytes();
   }
   int num_threads() const override { return pool_->num_threads(); }
@@ -35,7 +69,7 @@ class CpuRunner : public ModelRunner {
  private:
   struct Layer {
     std::vector<float> attn_norm, mlp_norm;
-    PackedMatrix qkv, o, gate_up, down;
+    Linear qkv, o, gate_up, down;
     std::vector<float> qkv_bias, o_bias, gate_up_bias, down_bias;
     int window = 0;
   };
@@ -57,10 +91,16 @@ class CpuRunner : public ModelRunner {
   absl::StatusOr<std::vector<float>> LoadVector(ModelSource& source,
                                                 const std::string& name,
                                                 int64_t size);
+  // Parts stored quantized in a GPTQ/AWQ checkpoint (some or all).
+  absl::Status LoadCheckpointQuantized(ModelSource& source,
+                                       const std::vector<std::string>& names,
+                                       const std::vector<int64_t>& rows,
+                                       int64_t k, Linear* out);
+  // quant: the format to quantize to (nullopt: --dtype as is).
   absl::Status LoadMatrix(ModelSource& source,
                           const std::vector<std::string>& names,
                           const std::vector<int64_t>& rows, int64_t k,
-                          PackedMatrix* out);
+                          const std::optional<QuantFormat>& quant, Linear* out);
   absl::Status LoadBiases(ModelSource& source,
                           const std::vector<std::string>& names,
                           const std::vector<int64_t>& sizes,
@@ -75,8 +115,8 @@ class CpuRunner : public ModelRunner {
   const RunnerOptions options_;
   std::unique_ptr<ThreadPool> pool_;
   std::vector<Layer> layers_;
-  PackedMatrix embed_, lm_head_storage_;
-  const PackedMatrix* lm_head_ = nullptr;
+  Linear embed_, lm_head_storage_;
+  const Linear* lm_head_ = nullptr;
   std::vector<float> final_norm_;
   std::vector<float> inv_freq_;
   int64_t weight_bytes_ = 0;
@@ -102,15 +142,141 @@ absl::StatusOr<std::vector<float>> CpuRunner::LoadVector(
 absl::Status CpuRunner::LoadMatrix(ModelSource& source,
                                    const std::vector<std::string>& names,
                                    const std::vector<int64_t>& rows, int64_t k,
-                                   PackedMatrix* out) {
+                                   const std::optional<QuantFormat>& quant,
+                                   Linear* out) {
+  for (const std::string& name : names) {
+    if (source.IsQuantized(name)) {
+      return LoadCheckpointQuantized(source, names, rows, k, out);
+    }
+  }
   int64_t n = 0;
   for (int64_t r : rows) n += r;
-  *out = PackedMatrix(n, k, options_.weight_dtype);
+  // f32 compute keeps f32 weights holding the quantized values (the
+  // reference numerics); bf16 compute runs the quantized kernel.
+  out->quantized = quant.has_value() && options_.weight_dtype == DType::kBF16;
+  if (out->quantized) {
+    out->quant = QuantizedMatrix(n, k, *quant);
+  } else {
+    out->dense = PackedMatrix(n, k, options_.weight_dtype);
+  }
+  std::vector<float> row(k), rounded(k);
   int64_t row0 = 0;
   for (size_t i = 0; i < names.size(); ++i) {
     ASSIGN_OR_RETURN(WeightView w, source.Get(names[i], {rows[i], k}));
-    out->PackRows(row0, w);
+    if (!quant.has_value()) {
+      out->dense.PackRows(row0, w);
+    } else {
+      const char* src = static_cast<const char*>(w.data);
+      const int64_t row_bytes = k * DTypeSize(w.dtype);
+      for (int64_t r = 0; r < rows[i]; ++r) {
+        ConvertToF32(w.dtype, src + r * row_bytes, k, row.data());
+        if (out->quantized) {
+          out->quant.QuantizeRow(row0 + r, row.data());
+        } else {
+          QuantizedMatrix::RoundTrip(*quant, k, row.data(), rounded.data());
+          out->dense.SetRow(row0 + r, rounded.data());
+        }
+      }
+    }
     row0 += rows[i];
+  }
+  weight_bytes_ += out->bytes();
+  return absl::OkStatus();
+}
+
+absl::Status CpuRunner::LoadCheckpointQuantized(
+    ModelSource& source, const std::vector<std::string>& names,
+    const std::vector<int64_t>& rows, int64_t k, Linear* out) {
+  std::vector<std::optional<QuantizedWeight>> parts(names.size());
+  int64_t n = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (source.IsQuantized(names[i])) {
+      ASSIGN_OR_RETURN(parts[i], source.GetQuantized(names[i], rows[i], k));
+    }
+    n += rows[i];
+  }
+  // The kernel takes the codes as they are when every part is quantized
+  // alike: same bits and input groups, each group of one size (a multiple
+  // of 32, or the whole row), zero points within a byte. Otherwise (or for
+  // f32 compute) the dequantized weights run in --dtype.
+  bool kernel = options_.weight_dtype == DType::kBF16;
+  const QuantizedWeight* first = parts[0] ? &*parts[0] : nullptr;
+  for (const auto& p : parts) {
+    kernel = kernel && p.has_value() && first != nullptr &&
+             p->bits == first->bits && p->g_idx == first->g_idx &&
+             p->groups == first->groups;
+  }
+  std::vector<int32_t> perm;
+  int64_t group = 0;
+  if (kernel) {
+    const int64_t groups = first->groups;
+    std::vector<int64_t> count(groups, 0);
+    for (int32_t g : first->g_idx) ++count[g];
+    group = groups == 1 ? 0 : count[0];
+    for (int64_t c : count) kernel = kernel && (groups == 1 || c == group);
+    kernel = kernel && (group == 0 || group % QuantizedMatrix::kBlock == 0);
+    perm.resize(k);
+    for (int64_t i = 0; i < k; ++i) perm[i] = static_cast<int32_t>(i);
+    std::stable_sort(perm.begin(), perm.end(), [&](int32_t a, int32_t b) {
+      return first->g_idx[a] < first->g_idx[b];
+    });
+  }
+  bool symmetric = true;
+  if (kernel) {
+    for (const auto& p : parts) {
+      for (int32_t z : p->zeros) {
+        kernel = kernel && z >= 0 && z <= 255;
+        symmetric = symmetric && z == (1 << (p->bits - 1));
+      }
+    }
+  }
+  std::vector<float> row(k);
+  if (kernel) {
+    bool identity = true;
+    for (int64_t i = 0; i < k; ++i) identity = identity && perm[i] == i;
+    out->quantized = true;
+    out->quant = QuantizedMatrix(
+        n, k, QuantFormat{first->bits, static_cast<int>(group), symmetric});
+    if (!identity) out->perm = perm;
+    std::vector<uint8_t> codes(k), zeros(first->groups);
+    std::vector<float> scales(first->groups);
+    int64_t row0 = 0;
+    for (const auto& p : parts) {
+      for (int64_t r = 0; r < p->rows; ++r) {
+        for (int64_t i = 0; i < k; ++i) codes[i] = p->codes[r * k + perm[i]];
+        for (int64_t g = 0; g < p->groups; ++g) {
+          scales[g] = p->scales[g * p->rows + r];
+          zeros[g] = static_cast<uint8_t>(p->zeros[g * p->rows + r]);
+        }
+        out->quant.SetCodes(row0 + r, codes.data(), scales.data(),
+                            zeros.data());
+        // The f16 scales are stored exactly; anything else is a bug.
+        for (int64_t g = 0; g < p->groups; ++g) {
+          if (out->quant.Scale(row0 + r, g) != scales[g]) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                names[0], ": scale ", scales[g], " is not an f16 value"));
+          }
+        }
+      }
+      row0 += p->rows;
+    }
+  } else {
+    out->dense = PackedMatrix(n, k, options_.weight_dtype);
+    int64_t row0 = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      if (parts[i].has_value()) {
+        for (int64_t r = 0; r < rows[i]; ++r) {
+          for (int64_t c = 0; c < k; ++c) {
+            row[c] = static_cast<float>(parts[i]->Dequantized(r, c));
+          }
+          out->dense.SetRow(row0 + r, row.data());
+        }
+      } else {
+        ASSIGN_OR_RETURN(WeightView w, source.Get(names[i], {rows[i], k}));
+        out->dense.PackRows(row0, w);
+      }
+      row0 += rows[i];
+    }
   }
   weight_bytes_ += out->bytes();
   return absl::OkStatus();
@@ -138,13 +304,14 @@ absl::Status CpuRunner::Load(ModelSource& source) {
     const LayerTensors t = DescribeLayerTensors(c, l);
     ASSIGN_OR_RETURN(L.attn_norm, LoadVector(source, t.attn_norm, H));
     ASSIGN_OR_RETURN(L.mlp_norm, LoadVector(source, t.mlp_norm, H));
+    const std::optional<QuantFormat>& q = options_.quantization;
     RETURN_IF_ERROR(
-        LoadMatrix(source, t.qkv.names, t.qkv.rows, t.qkv.cols, &L.qkv));
-    RETURN_IF_ERROR(LoadMatrix(source, t.o.names, t.o.rows, t.o.cols, &L.o));
+        LoadMatrix(source, t.qkv.names, t.qkv.rows, t.qkv.cols, q, &L.qkv));
+    RETURN_IF_ERROR(LoadMatrix(source, t.o.names, t.o.rows, t.o.cols, q, &L.o));
     RETURN_IF_ERROR(LoadMatrix(source, t.gate_up.names, t.gate_up.rows,
-                               t.gate_up.cols, &L.gate_up));
+                               t.gate_up.cols, q, &L.gate_up));
     RETURN_IF_ERROR(
-        LoadMatrix(source, t.down.names, t.down.rows, t.down.cols, &L.down));
+        LoadMatrix(source, t.down.names, t.down.rows, t.down.cols, q, &L.down));
     const std::pair<const std::optional<TensorGroup>*, std::vector<float>*>
         biases[] = {{&t.qkv_bias, &L.qkv_bias},
                     {&t.o_bias, &L.o_bias},
@@ -160,12 +327,20 @@ absl::Status CpuRunner::Load(ModelSource& source) {
   }
   ASSIGN_OR_RETURN(final_norm_, LoadVector(source, "model.norm.weight", H));
   RETURN_IF_ERROR(LoadMatrix(source, {"model.embed_tokens.weight"},
-                             {c.vocab_size}, H, &embed_));
-  if (c.tie_word_embeddings) {
+                             {c.vocab_size}, H, std::nullopt, &embed_));
+  // Quantized models keep the lm_head at int8 in groups of 32 (int4 logits
+  // cost accuracy for little speed, as llama.cpp's Q4_0 keeps a wider
+  // output tensor); a tied one gets its own copy, the table stays --dtype.
+  std::optional<QuantFormat> head_quant;
+  if (options_.quantization.has_value()) head_quant = QuantFormat{8, 32, true};
+  if (c.tie_word_embeddings && !head_quant.has_value()) {
     lm_head_ = &embed_;
   } else {
-    RETURN_IF_ERROR(LoadMatrix(source, {"lm_head.weight"}, {c.vocab_size}, H,
-                               &lm_head_storage_));
+    RETURN_IF_ERROR(
+        LoadMatrix(source,
+                   {c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                          : "lm_head.weight"},
+                   {c.vocab_size}, H, head_quant, &lm_head_storage_));
     lm_head_ = &lm_head_storage_;
   }
   inv_freq_ = RopeInvFreq(c);
@@ -236,7 +411,7 @@ absl::Status CpuRunner::Forward(
   float* xn = xn_.data();
   float* qkv = qkv_.data();
   ParallelRows(T, [&](int64_t r) {
-    embed_.GetRow(rows_[r].token, x + r * H);
+    embed_.dense.GetRow(rows_[r].token, x + r * H);
     RopeAngles(inv_freq_, rows_[r].pos, cos_.data() + r * half,
                sin_.data() + r * half);
   });
@@ -248,8 +423,8 @@ absl::Status CpuRunner::Forward(
     ParallelRows(T, [&](int64_t r) {
       RmsNorm(x + r * H, L.attn_norm.data(), H, eps, xn + r * H);
     });
-    MatMul(*pool_, xn, T, H, L.qkv,
-           L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, NQKV);
+    LinearMatMul(*pool_, xn, T, H, L.qkv,
+                 L.qkv_bias.empty() ? nullptr : L.qkv_bias.data(), qkv, NQKV);
     // RoPE on q and k, then K and V of every new token into the cache.
     ParallelRows(T, [&](int64_t r) {
       float* row = qkv + r * NQKV;
@@ -305,23 +480,23 @@ absl::Status CpuRunner::Forward(
             AttendHeads(args, queries, tile.rows);
           }
         });
-    MatMul(*pool_, attn_.data(), T, Q, L.o,
-           L.o_bias.empty() ? nullptr : L.o_bias.data(), xn, H);
+    LinearMatMul(*pool_, attn_.data(), T, Q, L.o,
+                 L.o_bias.empty() ? nullptr : L.o_bias.data(), xn, H);
     ParallelRows(T, [&](int64_t r) {
       float* xr = x + r * H;
       float* xnr = xn + r * H;
       for (int i = 0; i < H; ++i) xr[i] = xr[i] + xnr[i];
       RmsNorm(xr, L.mlp_norm.data(), H, eps, xnr);
     });
-    MatMul(*pool_, xn, T, H, L.gate_up,
-           L.gate_up_bias.empty() ? nullptr : L.gate_up_bias.data(), gu_.data(),
-           2 * I);
+    LinearMatMul(*pool_, xn, T, H, L.gate_up,
+                 L.gate_up_bias.empty() ? nullptr : L.gate_up_bias.data(),
+                 gu_.data(), 2 * I);
     ParallelRows(T, [&](int64_t r) {
       const float* g = gu_.data() + r * 2 * I;
       SiluMul(g, g + I, I, act_.data() + r * I);
     });
-    MatMul(*pool_, act_.data(), T, I, L.down,
-           L.down_bias.empty() ? nullptr : L.down_bias.data(), xn, H);
+    LinearMatMul(*pool_, act_.data(), T, I, L.down,
+                 L.down_bias.empty() ? nullptr : L.down_bias.data(), xn, H);
     ParallelRows(T, [&](int64_t r) {
       float* xr = x + r * H;
       const float* d = xn + r * H;
@@ -340,12 +515,12 @@ absl::Status CpuRunner::Forward(
   });
   const int64_t V = c.vocab_size;
   if (wanted.size() == items.size()) {
-    MatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
-           nullptr, logits, V);
+    LinearMatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
+                 nullptr, logits, V);
   } else {
     std::vector<float> compact(wanted.size() * V);
-    MatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
-           nullptr, compact.data(), V);
+    LinearMatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
+                 nullptr, compact.data(), V);
     for (size_t j = 0; j < wanted.size(); ++j) {
       std::memcpy(logits + wanted[j] * V, compact.data() + j * V,
                   V * sizeof(float));

@@ -21,20 +21,32 @@ constexpr int kMaxRows = 6;  // rows per micro-kernel call (6 x 4 zmm accs)
 // brings it to ~90-100%. Measured best among 1-16 KiB.
 constexpr int64_t kPrefetchBytes = 4096;
 
-int64_t PanelStrideBytes(DType dtype) { return kPanel * DTypeSize(dtype); }
+// Panel rows: one per k (f32) or per pair of k (bf16); 256 bytes each.
+int64_t PanelRows(DType dtype, int64_t k) {
+  return dtype == DType::kBF16 ? (k + 1) / 2 : k;
+}
+constexpr int64_t kPanelRowBytes = kPanel * 4;
 
-// Position of column c (0..63) of a panel row in the bf16 layout: 32-bit lane
-// i of the v-th 512-bit vector holds column v*32+i (low half) and v*32+16+i
-// (high half), so one shift and one mask widen it to two f32 vectors.
-int Bf16Slot(int c) {
-  const int v = c / 32, within = c % 32;
-  return v * 32 + 2 * (within % 16) + within / 16;
+float BitsToFloat(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+float FlushSubnormal(float v) {
+  return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
 }
 
 // ---------------------------------------------------------------- AVX-512
+// Everything up to the matching pop is compiled for AVX-512 and only runs
+// when CpuHasAvx512() (vdpbf16ps only when CpuHasAvx512Bf16()); lambdas
+// included, hence the pragma.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,fma")
 
-template <int R, bool kBf16>
-__attribute__((target("avx512f,fma"))) inline void KernelAvx512(
+// f32 weights: one FMA per k.
+template <int R>
+__attribute__((target("avx512f,fma"))) inline void KernelF32(
     const float* x, int64_t ldx, const char* panel, int64_t k0, int64_t k1,
     float* y, int64_t ldy, bool accumulate, const __mmask16 masks[4]) {
   __m512 acc[R][4];
@@ -45,48 +57,85 @@ __attribute__((target("avx512f,fma"))) inline void KernelAvx512(
                       : _mm512_setzero_ps();
     }
   }
-  if constexpr (kBf16) {
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(panel);
-    const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
-    for (int64_t k = k0; k < k1; ++k) {
-      if constexpr (R == 1) {
-        const char* ahead =
-            reinterpret_cast<const char*>(w + k * kPanel) + kPrefetchBytes;
-        _mm_prefetch(ahead, _MM_HINT_T0);
-        _mm_prefetch(ahead + 64, _MM_HINT_T0);
-      }
-      const __m512i a = _mm512_load_si512(w + k * kPanel);
-      const __m512i b = _mm512_load_si512(w + k * kPanel + 32);
-      const __m512 wv[4] = {_mm512_castsi512_ps(_mm512_slli_epi32(a, 16)),
-                            _mm512_castsi512_ps(_mm512_and_si512(a, hi_mask)),
-                            _mm512_castsi512_ps(_mm512_slli_epi32(b, 16)),
-                            _mm512_castsi512_ps(_mm512_and_si512(b, hi_mask))};
-      for (int r = 0; r < R; ++r) {
-        const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
-        for (int c = 0; c < 4; ++c) {
-          acc[r][c] = _mm512_fmadd_ps(xb, wv[c], acc[r][c]);
-        }
+  const float* w = reinterpret_cast<const float*>(panel);
+  for (int64_t k = k0; k < k1; ++k) {
+    if constexpr (R == 1) {
+      const char* ahead =
+          reinterpret_cast<const char*>(w + k * kPanel) + kPrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
+    }
+    const __m512 wv[4] = {_mm512_load_ps(w + k * kPanel),
+                          _mm512_load_ps(w + k * kPanel + 16),
+                          _mm512_load_ps(w + k * kPanel + 32),
+                          _mm512_load_ps(w + k * kPanel + 48)};
+    for (int r = 0; r < R; ++r) {
+      const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+      for (int c = 0; c < 4; ++c) {
+        acc[r][c] = _mm512_fmadd_ps(xb, wv[c], acc[r][c]);
       }
     }
-  } else {
-    const float* w = reinterpret_cast<const float*>(panel);
-    for (int64_t k = k0; k < k1; ++k) {
-      if constexpr (R == 1) {
-        const char* ahead =
-            reinterpret_cast<const char*>(w + k * kPanel) + kPrefetchBytes;
-        _mm_prefetch(ahead, _MM_HINT_T0);
-        _mm_prefetch(ahead + 64, _MM_HINT_T0);
-        _mm_prefetch(ahead + 128, _MM_HINT_T0);
-        _mm_prefetch(ahead + 192, _MM_HINT_T0);
-      }
-      const __m512 wv[4] = {_mm512_load_ps(w + k * kPanel),
-                            _mm512_load_ps(w + k * kPanel + 16),
-                            _mm512_load_ps(w + k * kPanel + 32),
-                            _mm512_load_ps(w + k * kPanel + 48)};
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      _mm512_mask_storeu_ps(y + r * ldy + 16 * c, masks[c], acc[r][c]);
+    }
+  }
+}
+
+// bf16 weights against x as bf16 pairs (one uint32 per pair of k; ldx in
+// pairs), pair rows [j0, j1). kNative: vdpbf16ps; else two FMAs per pair
+// (high half first), which equals it under DAZ|FTZ (set by the caller).
+template <int R, bool kNative>
+__attribute__((target("avx512f,avx512bf16,fma"))) inline void KernelBf16(
+    const uint32_t* x, int64_t ldx, const char* panel, int64_t j0, int64_t j1,
+    float* y, int64_t ldy, bool accumulate, const __mmask16 masks[4]) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < 4; ++c) {
+      acc[r][c] = accumulate
+                      ? _mm512_maskz_loadu_ps(masks[c], y + r * ldy + 16 * c)
+                      : _mm512_setzero_ps();
+    }
+  }
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(panel);
+  const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xffff0000u));
+  for (int64_t j = j0; j < j1; ++j) {
+    if constexpr (R == 1) {
+      const char* ahead =
+          reinterpret_cast<const char*>(w + j * kPanel) + kPrefetchBytes;
+      _mm_prefetch(ahead, _MM_HINT_T0);
+      _mm_prefetch(ahead + 64, _MM_HINT_T0);
+      _mm_prefetch(ahead + 128, _MM_HINT_T0);
+      _mm_prefetch(ahead + 192, _MM_HINT_T0);
+    }
+    __m512i wv[4];
+    for (int c = 0; c < 4; ++c) {
+      wv[c] = _mm512_load_si512(w + j * kPanel + 16 * c);
+    }
+    if constexpr (kNative) {
       for (int r = 0; r < R; ++r) {
-        const __m512 xb = _mm512_set1_ps(x[r * ldx + k]);
+        const __m512bh xb =
+            (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * ldx + j]));
         for (int c = 0; c < 4; ++c) {
-          acc[r][c] = _mm512_fmadd_ps(xb, wv[c], acc[r][c]);
+          acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xb, (__m512bh)wv[c]);
+        }
+      }
+    } else {
+      __m512 whi[4], wlo[4];
+      for (int c = 0; c < 4; ++c) {
+        whi[c] = _mm512_castsi512_ps(_mm512_and_si512(wv[c], hi_mask));
+        wlo[c] = _mm512_castsi512_ps(_mm512_slli_epi32(wv[c], 16));
+      }
+      for (int r = 0; r < R; ++r) {
+        const uint32_t xp = x[r * ldx + j];
+        const __m512 xhi = _mm512_set1_ps(BitsToFloat(xp & 0xffff0000u));
+        const __m512 xlo = _mm512_set1_ps(BitsToFloat(xp << 16));
+        for (int c = 0; c < 4; ++c) {
+          acc[r][c] = _mm512_fmadd_ps(xhi, whi[c], acc[r][c]);
+          acc[r][c] = _mm512_fmadd_ps(xlo, wlo[c], acc[r][c]);
         }
       }
     }
@@ -98,20 +147,35 @@ __attribute__((target("avx512f,fma"))) inline void KernelAvx512(
   }
 }
 
-template <bool kBf16>
-__attribute__((target("avx512f,fma"))) void PanelAvx512(const float* x,
-                                                        int64_t M, int64_t ldx,
-                                                        const char* panel,
-                                                        int64_t K, int valid,
-                                                        float* y, int64_t ldy) {
+enum class Mode { kF32, kBf16Native, kBf16Emulated };
+
+template <int R, Mode kMode>
+inline void Kernel(const void* x, int64_t ldx, const char* panel, int64_t k0,
+                   int64_t k1, float* y, int64_t ldy, bool accumulate,
+                   const __mmask16 masks[4]) {
+  if constexpr (kMode == Mode::kF32) {
+    KernelF32<R>(static_cast<const float*>(x), ldx, panel, k0, k1, y, ldy,
+                 accumulate, masks);
+  } else {
+    KernelBf16<R, kMode == Mode::kBf16Native>(static_cast<const uint32_t*>(x),
+                                              ldx, panel, k0, k1, y, ldy,
+                                              accumulate, masks);
+  }
+}
+
+// x: f32 rows (kF32) or bf16 pair rows, 4 bytes per entry either way; K in
+// panel rows (k, or pairs of k).
+template <Mode kMode>
+void PanelAvx512(const void* x, int64_t M, int64_t ldx, const char* panel,
+                 int64_t K, int valid, float* y, int64_t ldy) {
   __mmask16 masks[4];
   for (int c = 0; c < 4; ++c) {
     const int n = std::clamp(valid - 16 * c, 0, 16);
     masks[c] = static_cast<__mmask16>((1u << n) - 1u);
   }
   // K blocks bound the panel slice that all row groups re-read (2048 rows of
-  // the panel: 512 KiB f32, within L2); partial sums go through y unchanged,
-  // so each element's FMA chain is the same. Measured single-threaded
+  // the panel: 512 KiB, within L2); partial sums go through y unchanged, so
+  // each element's chain of operations is the same. Measured single-threaded
   // against oneDNN (512 x 4096 x 768, f32): blocks of 128 rows (a slice in
   // L1) reached 87% of its rate, whole K up to 2048 101%: the accumulator
   // reload/store per block costs more than streaming the slice from L2.
@@ -120,50 +184,94 @@ __attribute__((target("avx512f,fma"))) void PanelAvx512(const float* x,
     const int64_t k1 = std::min(K, k0 + kc);
     const bool acc = k0 > 0;
     for (int64_t m = 0; m < M; m += kMaxRows) {
-      const float* xm = x + m * ldx;
+      const void* xm = static_cast<const char*>(x) + m * ldx * 4;
       float* ym = y + m * ldy;
       switch (std::min<int64_t>(kMaxRows, M - m)) {
         case 6:
-          KernelAvx512<6, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<6, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
         case 5:
-          KernelAvx512<5, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<5, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
         case 4:
-          KernelAvx512<4, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<4, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
         case 3:
-          KernelAvx512<3, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<3, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
         case 2:
-          KernelAvx512<2, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<2, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
         default:
-          KernelAvx512<1, kBf16>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
+          Kernel<1, kMode>(xm, ldx, panel, k0, k1, ym, ldy, acc, masks);
           break;
       }
     }
   }
 }
 
+// Rounds to bf16 pairs, 16 pairs per step (same bits as F32ToBf16).
+__attribute__((target("avx512f,avx512bw"))) void RoundToBf16PairsAvx512(
+    const float* x, int64_t n, uint32_t* out) {
+  const int64_t pairs = (n + 1) / 2;
+  const __m512i one = _mm512_set1_epi32(1);
+  const __m512i bias = _mm512_set1_epi32(0x7fff);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
+  const __m512i quiet = _mm512_set1_epi32(0x00400000);
+  const __m512i lo_idx = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14,
+                                          12, 10, 8, 6, 4, 2, 0);
+  const __m512i hi_idx = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15,
+                                          13, 11, 9, 7, 5, 3, 1);
+  auto round = [&](__m512i b) {
+    const __mmask16 nan =
+        _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, abs_mask), inf);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), one);
+    const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(bias, lsb));
+    // NaN: made quiet, not rounded (as F32ToBf16).
+    return _mm512_srli_epi32(_mm512_mask_or_epi32(r, nan, b, quiet), 16);
+  };
+  for (int64_t j = 0; j < pairs; j += 16) {
+    const int64_t e0 = 2 * j;
+    const int64_t left = std::min<int64_t>(32, n - e0);
+    const __mmask16 m0 =
+        static_cast<__mmask16>(left >= 16 ? 0xffffu : (1u << left) - 1u);
+    const __mmask16 m1 = static_cast<__mmask16>(
+        left >= 32 ? 0xffffu : (left > 16 ? (1u << (left - 16)) - 1u : 0u));
+    const __m512i a = round(_mm512_maskz_loadu_epi32(m0, x + e0));
+    const __m512i b = round(_mm512_maskz_loadu_epi32(m1, x + e0 + 16));
+    // a holds elements e0..e0+15, b e0+16..e0+31; pair i = (2i, 2i+1).
+    const __m512i lo = _mm512_permutex2var_epi32(a, lo_idx, b);
+    const __m512i hi = _mm512_permutex2var_epi32(a, hi_idx, b);
+    const __m512i packed = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16));
+    const int64_t np = std::min<int64_t>(16, pairs - j);
+    _mm512_mask_storeu_epi32(out + j, static_cast<__mmask16>((1u << np) - 1u),
+                             packed);
+  }
+}
+
+#pragma GCC pop_options
+
 // ---------------------------------------------------------------- Scalar
-// Same per-element arithmetic (one correctly rounded FMA per k, k from 0),
-// hence the same results as the AVX-512 kernel.
-void PanelScalar(DType dtype, const float* x, int64_t M, int64_t ldx,
+// Same per-element arithmetic as the AVX-512 kernels, hence the same results.
+void PanelScalar(DType dtype, const void* x, int64_t M, int64_t ldx,
                  const char* panel, int64_t K, int valid, float* y,
                  int64_t ldy) {
   for (int64_t m = 0; m < M; ++m) {
     for (int c = 0; c < valid; ++c) {
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) {
-        float w;
-        if (dtype == DType::kBF16) {
-          const uint16_t* wp = reinterpret_cast<const uint16_t*>(panel);
-          w = Bf16ToF32(wp[k * kPanel + Bf16Slot(c)]);
-        } else {
-          w = reinterpret_cast<const float*>(panel)[k * kPanel + c];
+      if (dtype == DType::kBF16) {
+        const uint32_t* xp = static_cast<const uint32_t*>(x) + m * ldx;
+        const uint32_t* wp = reinterpret_cast<const uint32_t*>(panel);
+        for (int64_t j = 0; j < K; ++j) {
+          acc = Bf16PairDot(acc, xp[j], wp[j * kPanel + c]);
         }
-        acc = std::fma(x[m * ldx + k], w, acc);
+      } else {
+        const float* xf = static_cast<const float*>(x) + m * ldx;
+        const float* wf = reinterpret_cast<const float*>(panel);
+        for (int64_t k = 0; k < K; ++k) {
+          acc = std::fma(xf[k], wf[k * kPanel + c], acc);
+        }
       }
       y[m * ldy + c] = acc;
     }
@@ -173,8 +281,35 @@ void PanelScalar(DType dtype, const float* x, int64_t M, int64_t ldx,
 bool DetectAvx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("avx512bw") &&
          std::getenv("PDSERVE_DISABLE_AVX512") == nullptr;
 }
+
+bool DetectAvx512Bf16() {
+  __builtin_cpu_init();
+  return DetectAvx512() && __builtin_cpu_supports("avx512bf16") &&
+         std::getenv("PDSERVE_DISABLE_AVX512_BF16") == nullptr;
+}
+
+// Sets MXCSR's DAZ and FTZ (for the emulated bf16 kernel); restores them.
+class ScopedDazFtz {
+ public:
+  explicit ScopedDazFtz(bool enable) : enabled_(enable) {
+    if (enabled_) {
+      saved_ = _mm_getcsr();
+      _mm_setcsr(saved_ | 0x8040u);
+    }
+  }
+  ~ScopedDazFtz() {
+    if (enabled_) _mm_setcsr(saved_);
+  }
+  ScopedDazFtz(const ScopedDazFtz&) = delete;
+  ScopedDazFtz& operator=(const ScopedDazFtz&) = delete;
+
+ private:
+  bool enabled_;
+  unsigned saved_ = 0;
+};
 
 }  // namespace
 
@@ -190,10 +325,36 @@ bool CpuHasAvx512() {
   return has;
 }
 
+bool CpuHasAvx512Bf16() {
+  static const bool has = DetectAvx512Bf16();
+  return has;
+}
+
+float Bf16PairDot(float acc, uint32_t a, uint32_t b) {
+  const float ahi = FlushSubnormal(BitsToFloat(a & 0xffff0000u));
+  const float bhi = FlushSubnormal(BitsToFloat(b & 0xffff0000u));
+  const float alo = FlushSubnormal(BitsToFloat(a << 16));
+  const float blo = FlushSubnormal(BitsToFloat(b << 16));
+  acc = FlushSubnormal(std::fma(ahi, bhi, FlushSubnormal(acc)));
+  return FlushSubnormal(std::fma(alo, blo, acc));
+}
+
+void RoundToBf16Pairs(const float* x, int64_t n, uint32_t* out) {
+  if (CpuHasAvx512()) {
+    RoundToBf16PairsAvx512(x, n, out);
+    return;
+  }
+  for (int64_t j = 0; j < (n + 1) / 2; ++j) {
+    const uint32_t lo = F32ToBf16(x[2 * j]);
+    const uint32_t hi = 2 * j + 1 < n ? F32ToBf16(x[2 * j + 1]) : 0u;
+    out[j] = lo | (hi << 16);
+  }
+}
+
 PackedMatrix::PackedMatrix(int64_t n, int64_t k, DType dtype)
     : n_(n), k_(k), dtype_(dtype) {
   num_panels_ = (n_ + kPanel - 1) / kPanel;
-  panel_bytes_ = k_ * PanelStrideBytes(dtype);
+  panel_bytes_ = PanelRows(dtype, k_) * kPanelRowBytes;
   bytes_ = num_panels_ * panel_bytes_;
   data_ = AllocateAligned(bytes_);
   std::memset(data_.get(), 0, bytes_);
@@ -206,15 +367,22 @@ void PackedMatrix::PackRows(int64_t row0, const WeightView& part) {
   for (int64_t r = 0; r < part.shape[0]; ++r) {
     const int64_t n = row0 + r;
     ConvertToF32(part.dtype, src + r * row_bytes, k_, row.data());
-    char* panel = data_.get() + (n / kPanel) * panel_bytes_;
-    const int c = static_cast<int>(n % kPanel);
-    if (dtype_ == DType::kBF16) {
-      uint16_t* dst = reinterpret_cast<uint16_t*>(panel) + Bf16Slot(c);
-      for (int64_t k = 0; k < k_; ++k) dst[k * kPanel] = F32ToBf16(row[k]);
-    } else {
-      float* dst = reinterpret_cast<float*>(panel) + c;
-      for (int64_t k = 0; k < k_; ++k) dst[k * kPanel] = row[k];
+    SetRow(n, row.data());
+  }
+}
+
+void PackedMatrix::SetRow(int64_t n, const float* row) {
+  char* panel = data_.get() + (n / kPanel) * panel_bytes_;
+  const int c = static_cast<int>(n % kPanel);
+  if (dtype_ == DType::kBF16) {
+    // Pair j of column c: uint16 index 2 * (j * 64 + c) + (k & 1).
+    uint16_t* dst = reinterpret_cast<uint16_t*>(panel) + 2 * c;
+    for (int64_t k = 0; k < k_; ++k) {
+      dst[(k / 2) * 2 * kPanel + (k & 1)] = F32ToBf16(row[k]);
     }
+  } else {
+    float* dst = reinterpret_cast<float*>(panel) + c;
+    for (int64_t k = 0; k < k_; ++k) dst[k * kPanel] = row[k];
   }
 }
 
@@ -222,8 +390,10 @@ void PackedMatrix::GetRow(int64_t row, float* out) const {
   const char* p = panel(row / kPanel);
   const int c = static_cast<int>(row % kPanel);
   if (dtype_ == DType::kBF16) {
-    const uint16_t* w = reinterpret_cast<const uint16_t*>(p) + Bf16Slot(c);
-    for (int64_t k = 0; k < k_; ++k) out[k] = Bf16ToF32(w[k * kPanel]);
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(p) + 2 * c;
+    for (int64_t k = 0; k < k_; ++k) {
+      out[k] = Bf16ToF32(w[(k / 2) * 2 * kPanel + (k & 1)]);
+    }
   } else {
     const float* w = reinterpret_cast<const float*>(p) + c;
     for (int64_t k = 0; k < k_; ++k) out[k] = w[k * kPanel];
@@ -234,7 +404,29 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
             const PackedMatrix& w, const float* bias, float* y, int64_t ldy) {
   if (M <= 0) return;
   const bool avx512 = CpuHasAvx512();
-  const int64_t K = w.k();
+  const bool bf16 = w.dtype() == DType::kBF16;
+  const bool native_bf16 = bf16 && CpuHasAvx512Bf16();
+  const int64_t K = PanelRows(w.dtype(), w.k());
+  // bf16: the activations rounded to bf16 pairs once per call.
+  const void* xin = x;
+  int64_t ldxin = ldx;
+  thread_local std::vector<uint32_t> pairs;
+  if (bf16) {
+    if (static_cast<int64_t>(pairs.size()) < M * K) pairs.resize(M * K);
+    uint32_t* out = pairs.data();
+    auto round_rows = [&](int64_t b, int64_t e, int) {
+      for (int64_t m = b; m < e; ++m) {
+        RoundToBf16Pairs(x + m * ldx, w.k(), out + m * K);
+      }
+    };
+    if (M >= 16) {
+      pool.ParallelFor(M, round_rows);
+    } else {
+      round_rows(0, M, 0);
+    }
+    xin = out;
+    ldxin = K;
+  }
   // Threads take chunks of consecutive panels from a shared counter, so a
   // thread that is slowed (another process, a busier memory channel) does
   // not hold the others at the barrier. Which thread computes a panel never
@@ -250,6 +442,7 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   pool.ParallelFor(
       std::min<int64_t>(chunks, pool.num_threads()),
       [&](int64_t, int64_t, int) {
+        const ScopedDazFtz daz_ftz(avx512 && bf16 && !native_bf16);
         for (int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
              chunk < chunks;
              chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
@@ -258,14 +451,17 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
             const int valid =
                 static_cast<int>(std::min<int64_t>(kPanel, w.n() - p * kPanel));
             float* yp = y + p * kPanel;
-            if (avx512) {
-              if (w.dtype() == DType::kBF16) {
-                PanelAvx512<true>(x, M, ldx, w.panel(p), K, valid, yp, ldy);
-              } else {
-                PanelAvx512<false>(x, M, ldx, w.panel(p), K, valid, yp, ldy);
-              }
+            const char* panel = w.panel(p);
+            if (!avx512) {
+              PanelScalar(w.dtype(), xin, M, ldxin, panel, K, valid, yp, ldy);
+            } else if (native_bf16) {
+              PanelAvx512<Mode::kBf16Native>(xin, M, ldxin, panel, K, valid, yp,
+                                             ldy);
+            } else if (bf16) {
+              PanelAvx512<Mode::kBf16Emulated>(xin, M, ldxin, panel, K, valid,
+                                               yp, ldy);
             } else {
-              PanelScalar(w.dtype(), x, M, ldx, w.panel(p), K, valid, yp, ldy);
+              PanelAvx512<Mode::kF32>(xin, M, ldxin, panel, K, valid, yp, ldy);
             }
             if (bias != nullptr) {
               const float* b = bias + p * kPanel;

@@ -1,13 +1,22 @@
 // Weight matrices packed once for the CPU matmul kernel, and the kernel.
 // W is given in Hugging Face layout [N out][K in] (one or several parts
 // stacked along N, e.g. q|k|v) and packed into panels of 64 output columns,
-// k-major: panel p holds, for each k, the 64 weights W[p*64 .. p*64+63][k]
-// (bf16: as 32-bit lanes pairing column c and c+16). MatMul computes
-// y[m][n] = sum_k x[m][k] * W[n][k] by broadcasting x[m][k] against a panel
-// row: every output element accumulates with one FMA per k in increasing k
-// from 0, whatever the number of rows or their neighbours, so results are
-// batch-invariant by construction. Threads split N (chunks of panels taken
-// from a shared counter), never K.
+// k-major. f32: panel p holds, for each k, the 64 weights W[p*64 + c][k].
+// bf16: for each pair of k (2j, 2j+1), 64 32-bit lanes (W[c][2j] in the low
+// half, W[c][2j+1] in the high half), the operand layout of AVX512-BF16's
+// vdpbf16ps.
+//
+// Arithmetic of y[m][n] = sum_k x[m][k] * W[n][k], the same for any number of
+// rows, their neighbours or the thread count (batch invariance):
+// - f32: one FMA per k, k increasing from 0.
+// - bf16: x[m][k] is first rounded to bf16 (nearest even); then per pair j in
+//   increasing order acc += x[2j+1]*W[2j+1] followed by acc += x[2j]*W[2j],
+//   each product exact in f32 and each sum rounded to f32 (nearest even),
+//   with bf16/f32 subnormal inputs read as zero and subnormal sums flushed to
+//   zero: vdpbf16ps' definition. CPUs without AVX512-BF16 compute exactly
+//   that with two FMAs per pair under MXCSR DAZ|FTZ (AVX-512F) or in scalar
+//   code.
+// Threads split N (chunks of panels from a shared counter), never K.
 // Immutable after packing; MatMul is thread-safe.
 #ifndef PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
 #define PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
@@ -41,6 +50,8 @@ class PackedMatrix {
   // Packs `part` ([rows][k], any file dtype) as rows [row0, row0 + rows);
   // bf16 rounds to nearest even.
   void PackRows(int64_t row0, const WeightView& part);
+  // Row n (output column) from k f32 values (bf16: rounded to nearest even).
+  void SetRow(int64_t n, const float* row);
 
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
@@ -65,6 +76,17 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
 
 // True when the AVX-512 kernels run on this CPU (else the scalar fallback).
 bool CpuHasAvx512();
+// True when bf16 products use vdpbf16ps (else its emulation, same bits).
+bool CpuHasAvx512Bf16();
+
+// Rounds n floats to bf16 (nearest even, as F32ToBf16) into pairs: out[j]
+// holds bf16(x[2j]) in its low and bf16(x[2j+1]) in its high half (0 past
+// n). (n + 1) / 2 words.
+void RoundToBf16Pairs(const float* x, int64_t n, uint32_t* out);
+
+// One bf16 pair product step as vdpbf16ps defines it (for tests and the
+// scalar fallback): acc + a.hi*b.hi, then + a.lo*b.lo, DAZ/FTZ.
+float Bf16PairDot(float acc, uint32_t a, uint32_t b);
 
 }  // namespace pdserve
 

@@ -1,0 +1,66 @@
+// A disaggregated cluster (1 prefill + 1 decode worker) serving an int4 GPTQ
+// checkpoint (written at test time by tests/unit/quant_checkpoint_writer.py
+// into a temporary directory) on the int kernels (--dtype=bf16) returns
+// exactly what `pdserve complete` returns for the same requests, greedy and
+// seeded.
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_harness.h"
+
+namespace pdserve::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(QuantizedService, DisaggregatedGptqInt4EqualsComplete) {
+  const std::string dir =
+      (fs::temp_directory_path() /
+       ("pdserve_quantized_service_" + std::to_string(getpid())))
+          .string();
+  const std::string python =
+      fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  ASSERT_EQ(std::system((python + " tests/unit/quant_checkpoint_writer.py " +
+                         dir + " gptq4")
+                            .c_str()),
+            0)
+      << "needs python3-numpy";
+  const std::vector<std::string> model_flags = {
+      "--model=" + dir, "--dtype=bf16", "--tokenizer=models/stories260K"};
+  ClusterOptions o;
+  o.common_flags = model_flags;
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 5, 9, 14}, {1, 30, 31, 32, 33, 34, 35, 36, 37, 3}, {7}};
+  for (const auto& ids : prompts) {
+    for (bool seeded : {false, true}) {
+      v1::GenerateRequest req = IdsRequest(ids, 24);
+      req.set_ignore_eos(true);
+      std::vector<std::string> flags = model_flags;
+      flags.push_back("--max_tokens=24");
+      flags.push_back("--ignore_eos");
+      if (seeded) {
+        req.mutable_sampling()->set_temperature(0.9f);
+        req.mutable_sampling()->set_top_p(0.95f);
+        req.mutable_sampling()->set_seed(11);
+        flags.insert(flags.end(),
+                     {"--temperature=0.9", "--top_p=0.95", "--seed=11"});
+      }
+      auto served = RunGenerate((*cluster)->router(0), req, absl::Seconds(60));
+      ASSERT_TRUE(served.ok()) << served.status() << (*cluster)->Logs();
+      auto complete = CompleteOutputIds(ids, flags);
+      ASSERT_TRUE(complete.ok()) << complete.status();
+      EXPECT_EQ(served->output_ids, *complete)
+          << "seeded " << seeded << " prompt size " << ids.size();
+      EXPECT_EQ(served->output_ids.size(), 24u);
+    }
+  }
+  cluster->reset();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace pdserve::testing

@@ -1,0 +1,89 @@
+// matmul_bench: thread CPU time of the linear layers of one forward pass
+// (llama-110m shapes: 12 x qkv, o, gate|up, down; matrices far larger than
+// the caches) per weight format, on one thread, for M = 1 (decode) and 16
+// rows. CPU time, not wall time, so that a shared machine's scheduling does
+// not enter (stalls on memory still count): the figure that says whether a
+// kernel streams its bytes at the memory's rate.
+//
+//   build/matmul_bench
+#include <time.h>
+
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/quantized_matrix.h"
+
+namespace pdserve {
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
+int Run() {
+  const int64_t H = 768, I = 2048, L = 12;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  ThreadPool pool(1);
+  struct Shape {
+    int64_t n, k;
+  };
+  const Shape shapes[] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
+  for (int M : {1, 16}) {
+    for (const std::string mode : {"f32", "bf16", "int8", "int4"}) {
+      std::vector<PackedMatrix> dense;
+      std::vector<QuantizedMatrix> quant;
+      int64_t bytes = 0;
+      std::vector<float> w(I);
+      for (int l = 0; l < L; ++l) {
+        for (const Shape& s : shapes) {
+          if (mode == "f32" || mode == "bf16") {
+            dense.emplace_back(s.n, s.k,
+                               mode == "bf16" ? DType::kBF16 : DType::kF32);
+            for (int64_t n = 0; n < s.n; ++n) {
+              for (auto& v : w) v = u(rng);
+              dense.back().SetRow(n, w.data());
+            }
+            bytes += dense.back().bytes();
+          } else {
+            quant.emplace_back(s.n, s.k,
+                               QuantFormat{mode == "int8" ? 8 : 4, 32, true});
+            for (int64_t n = 0; n < s.n; ++n) {
+              for (auto& v : w) v = u(rng);
+              quant.back().QuantizeRow(n, w.data());
+            }
+            bytes += quant.back().bytes();
+          }
+        }
+      }
+      std::vector<float> x(M * I), y(M * 2 * I);
+      for (auto& v : x) v = u(rng);
+      double best = 1e9;
+      for (int rep = 0; rep < 7; ++rep) {
+        const double t0 = ThreadCpuSeconds();
+        for (const PackedMatrix& d : dense) {
+          MatMul(pool, x.data(), M, d.k(), d, nullptr, y.data(), d.n());
+        }
+        for (const QuantizedMatrix& q : quant) {
+          QuantMatMul(pool, x.data(), M, q.k(), q, nullptr, y.data(), q.n());
+        }
+        best = std::min(best, ThreadCpuSeconds() - t0);
+      }
+      std::printf(
+          "M=%-2d %-4s %6.1f MB  %7.2f ms CPU per pass (best of 7)  %5.1f GB "
+          "per CPU-second\n",
+          M, mode.c_str(), bytes / 1e6, best * 1e3, bytes / best / 1e9);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace pdserve
+
+int main() { return pdserve::Run(); }
