@@ -15,6 +15,8 @@
 
 namespace pdserve::jinja {
 
+// Parses expressions from the token stream (base of the statement parser).
+// One per parse; not thread-safe.
 class ExpressionParser : public TokenStream {
  public:
   using TokenStream::TokenStream;
