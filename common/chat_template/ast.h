@@ -43,6 +43,8 @@ enum class CmpOp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kIn, kNotIn };
 struct Expr;
 using ExprPtr = std::unique_ptr<Expr>;
 
+// An expression node; which fields are used depends on `kind` (see
+// ExprKind). Immutable after parsing.
 struct Expr {
   ExprKind kind = ExprKind::kConst;
   int line = 0;
@@ -89,6 +91,8 @@ struct Stmt;
 using StmtPtr = std::unique_ptr<Stmt>;
 using Body = std::vector<StmtPtr>;
 
+// A statement node; which fields are used depends on `kind`. Immutable after
+// parsing.
 struct Stmt {
   StmtKind kind = StmtKind::kData;
   int line = 0;

@@ -315,22 +315,24 @@ absl::Status Renderer::ExecFor(const Stmt& s, std::vector<Value> items,
 }
 
 absl::Status Renderer::ExecSet(const Stmt& s, Value v, Scope& scope) {
-  if (s.target.kind != Target::Kind::kNsAttr) return Assign(s.target, v, scope);
-  const Value* ns = scope.Find(s.target.name);
-  if (ns == nullptr || ns->kind() != Kind::kNamespace) {
-    return RenderError("cannot assign attribute on non-namespace object");
-  }
-  if (Value* slot = ns->ns().Find(s.target.attr)) {
-    *slot = std::move(v);
-  } else {
-    ns->ns().attrs.emplace_back(s.target.attr, std::move(v));
-  }
-  return absl::OkStatus();
+  return Assign(s.target, v, scope);
 }
 
 absl::Status Renderer::Assign(const Target& t, const Value& v, Scope& scope) {
   if (t.kind == Target::Kind::kName) {
     scope.Set(t.name, v);
+    return absl::OkStatus();
+  }
+  if (t.kind == Target::Kind::kNsAttr) {
+    const Value* ns = scope.Find(t.name);
+    if (ns == nullptr || ns->kind() != Kind::kNamespace) {
+      return RenderError("cannot assign attribute on non-namespace object");
+    }
+    if (Value* slot = ns->ns().Find(t.attr)) {
+      *slot = v;
+    } else {
+      ns->ns().attrs.emplace_back(t.attr, v);
+    }
     return absl::OkStatus();
   }
   auto iterated = Iterate(v);

@@ -23,14 +23,15 @@
 
 namespace pdserve::jinja {
 
-// Arguments of a call, a filter or a test (after the filtered value).
+// Arguments of a call, a filter or a test (after the filtered value). A plain
+// value type.
 struct CallArgs {
   std::vector<Value> args;
   std::vector<std::pair<std::string, Value>> kwargs;
 };
 
 // A variable scope; lookups walk to the parent (the enclosing block, or the
-// definition site of a macro).
+// definition site of a macro). Mutable; confined to one render.
 struct Scope {
   std::shared_ptr<Scope> parent;
   std::vector<std::pair<std::string, Value>> vars;
@@ -39,7 +40,8 @@ struct Scope {
   void Set(std::string_view name, Value v);
 };
 
-// State of a running {% for %} (the `loop` variable).
+// State of a running {% for %} (the `loop` variable). Mutable; confined to
+// one render.
 struct LoopData {
   std::vector<Value> items;
   size_t index0 = 0;
@@ -50,6 +52,7 @@ struct LoopData {
 };
 
 // A builtin global function (range, namespace, raise_exception, ...).
+// Stateless and immutable: one instance serves every render.
 class BuiltinFunction : public Callable {
  public:
   using Fn = absl::StatusOr<Value> (*)(Renderer& r, CallArgs& args);
@@ -66,6 +69,7 @@ class BuiltinFunction : public Callable {
 };
 
 // A method bound to its receiver ("abc".upper, d.items, loop.cycle).
+// Created during a render and used on its thread.
 class BoundMethod : public Callable {
  public:
   BoundMethod(Value self, std::string name)
@@ -81,6 +85,8 @@ class BoundMethod : public Callable {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Renders one template once (see the file comment). Not thread-safe: one
+// Renderer per render; the syntax tree it walks is shared read-only.
 class Renderer {
  public:
   Renderer(const ChatTemplateLimits& limits, std::optional<std::time_t> now);

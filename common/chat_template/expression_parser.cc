@@ -17,27 +17,23 @@ ExprPtr ExpressionParser::NewExpr(ExprKind kind, int line) {
   return e;
 }
 
-bool ExpressionParser::IsTupleEnd(const std::vector<std::string>& extra) const {
+// jinja2's is_tuple_end. Its extra end rules never match (jinja2 passes
+// them to Token.test_any as one argument), so only these tokens end a tuple:
+// `{% for a, in x %}` takes `in` as a second target, as jinja2 does.
+bool ExpressionParser::IsTupleEnd() const {
   const Token& t = Cur();
-  if (t.type == TokenType::kVariableEnd || t.type == TokenType::kBlockEnd ||
-      IsOp(t, ")")) {
-    return true;
-  }
-  for (const auto& name : extra) {
-    if (IsName(t, name)) return true;
-  }
-  return false;
+  return t.type == TokenType::kVariableEnd || t.type == TokenType::kBlockEnd ||
+         IsOp(t, ")");
 }
 
 absl::StatusOr<ExprPtr> ExpressionParser::ParseTuple(
-    bool simplified, bool with_condexpr, const std::vector<std::string>& extra,
-    bool explicit_parentheses) {
+    bool simplified, bool with_condexpr, bool explicit_parentheses) {
   const int line = Cur().line;
   std::vector<ExprPtr> args;
   bool is_tuple = false;
   while (true) {
     if (!args.empty()) RETURN_IF_ERROR(ExpectOp(","));
-    if (IsTupleEnd(extra)) break;
+    if (IsTupleEnd()) break;
     ExprPtr e;
     if (simplified) {
       ASSIGN_OR_RETURN(e, ParsePrimary());
@@ -298,7 +294,7 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParsePrimary() {
   }
   if (IsOp(t, "(")) {
     Next();
-    ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, {}, true));
+    ASSIGN_OR_RETURN(ExprPtr e, ParseTuple(false, true, true));
     RETURN_IF_ERROR(ExpectOp(")"));
     return e;
   }

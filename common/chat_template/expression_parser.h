@@ -15,16 +15,17 @@
 
 namespace pdserve::jinja {
 
+// Parses expressions from the token stream (base of the statement parser).
+// One per parse; not thread-safe.
 class ExpressionParser : public TokenStream {
  public:
   using TokenStream::TokenStream;
 
  protected:
-  // parse_tuple: a comma list (a tuple) or one expression; `extra` names end
-  // the list (e.g. "in" in a for target).
+  // parse_tuple: a comma list (a tuple) or one expression.
   absl::StatusOr<ExprPtr> ParseTuple(bool simplified, bool with_condexpr,
-                                     const std::vector<std::string>& extra,
                                      bool explicit_parentheses);
+  bool IsTupleEnd() const;
   absl::StatusOr<ExprPtr> ParseExpression(bool with_condexpr);
   absl::StatusOr<ExprPtr> ParsePrimary();
   // `|name(args)` chains; start_inline for {% filter name %}.
@@ -33,7 +34,6 @@ class ExpressionParser : public TokenStream {
 
  private:
   ExprPtr NewExpr(ExprKind kind, int line);
-  bool IsTupleEnd(const std::vector<std::string>& extra) const;
   absl::StatusOr<ExprPtr> ParseOr();
   absl::StatusOr<ExprPtr> ParseAnd();
   absl::StatusOr<ExprPtr> ParseNot();

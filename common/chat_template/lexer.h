@@ -29,6 +29,7 @@ enum class TokenType : uint8_t {
   kEof,
 };
 
+// One token of the template source (a value type).
 struct Token {
   TokenType type = TokenType::kEof;
   std::string value;  // text, name, decoded string, or operator

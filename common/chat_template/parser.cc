@@ -53,7 +53,7 @@ class Parser : public ExpressionParser {
         auto s = std::make_unique<Stmt>();
         s->kind = StmtKind::kOutput;
         s->line = line;
-        ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
+        ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, false));
         RETURN_IF_ERROR(
             Expect(TokenType::kVariableEnd, "end of print statement"));
         body.push_back(std::move(s));
@@ -194,9 +194,9 @@ class Parser : public ExpressionParser {
   absl::Status ParseFor(Stmt* s) {
     Next();
     s->kind = StmtKind::kFor;
-    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {"in"}, false));
+    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, false));
     if (!SkipName("in")) return ExpectFailure("in");
-    ASSIGN_OR_RETURN(s->expr, ParseTuple(false, false, {"recursive"}, false));
+    ASSIGN_OR_RETURN(s->expr, ParseTuple(false, false, false));
     if (SkipName("if")) {
       ASSIGN_OR_RETURN(s->cond, ParseExpression(true));
     }
@@ -219,7 +219,7 @@ class Parser : public ExpressionParser {
     Stmt* node = s;
     while (true) {
       node->kind = StmtKind::kIf;
-      ASSIGN_OR_RETURN(node->expr, ParseTuple(false, false, {}, false));
+      ASSIGN_OR_RETURN(node->expr, ParseTuple(false, false, false));
       ASSIGN_OR_RETURN(node->body,
                        ParseStatements({"elif", "else", "endif"}, false));
       const std::string which = Cur().value;
@@ -242,10 +242,10 @@ class Parser : public ExpressionParser {
 
   absl::Status ParseSet(Stmt* s) {
     Next();
-    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, {}, true));
+    ASSIGN_OR_RETURN(s->target, ParseAssignTarget(true, false, true));
     if (SkipOp("=")) {
       s->kind = StmtKind::kSet;
-      ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, {}, false));
+      ASSIGN_OR_RETURN(s->expr, ParseTuple(false, true, false));
       return absl::OkStatus();
     }
     s->kind = StmtKind::kSetBlock;
@@ -258,7 +258,7 @@ class Parser : public ExpressionParser {
     RETURN_IF_ERROR(ExpectOp("("));
     while (!IsOp(Cur(), ")")) {
       if (!s->params.empty()) RETURN_IF_ERROR(ExpectOp(","));
-      ASSIGN_OR_RETURN(Target arg, ParseAssignTarget(false, true, {}, false));
+      ASSIGN_OR_RETURN(Target arg, ParseAssignTarget(false, true, false));
       if (SkipOp("=")) {
         ASSIGN_OR_RETURN(ExprPtr def, ParseExpression(true));
         s->defaults.push_back(std::move(def));
@@ -302,7 +302,7 @@ class Parser : public ExpressionParser {
   absl::Status ParseMacro(Stmt* s) {
     Next();
     s->kind = StmtKind::kMacro;
-    ASSIGN_OR_RETURN(Target name, ParseAssignTarget(false, true, {}, false));
+    ASSIGN_OR_RETURN(Target name, ParseAssignTarget(false, true, false));
     s->name = name.name;
     RETURN_IF_ERROR(ParseSignature(s));
     return ParseMacroBody(s, "endmacro");
@@ -330,7 +330,7 @@ class Parser : public ExpressionParser {
     s->kind = StmtKind::kWith;
     while (Cur().type != TokenType::kBlockEnd) {
       if (!s->with_targets.empty()) RETURN_IF_ERROR(ExpectOp(","));
-      ASSIGN_OR_RETURN(Target t, ParseAssignTarget(true, false, {}, false));
+      ASSIGN_OR_RETURN(Target t, ParseAssignTarget(true, false, false));
       RETURN_IF_ERROR(ExpectOp("="));
       ASSIGN_OR_RETURN(ExprPtr v, ParseExpression(true));
       s->with_targets.push_back(std::move(t));
@@ -394,11 +394,41 @@ class Parser : public ExpressionParser {
 
   // -------------------------------------------------------------- targets
 
-  absl::StatusOr<Target> ParseAssignTarget(
-      bool with_tuple, bool name_only, const std::vector<std::string>& extra,
-      bool with_namespace) {
+  // parse_assign_target: a name, or (with_tuple) a comma list of primaries;
+  // with_namespace also allows `ns.attr` items ({% set a, ns.b = ... %}).
+  absl::StatusOr<Target> ParseAssignTarget(bool with_tuple, bool name_only,
+                                           bool with_namespace) {
     Target target;
-    if (with_namespace && Cur().type == TokenType::kName && IsOp(Look(), ".")) {
+    if (name_only) {
+      ASSIGN_OR_RETURN(target.name, ExpectName());
+      if (IsConstName(target.name)) return Fail("can't assign to 'const'");
+      return target;
+    }
+    if (!with_tuple) return ParseTargetPrimary(with_namespace);
+    std::vector<Target> items;
+    bool is_tuple = false;
+    while (true) {
+      if (!items.empty()) RETURN_IF_ERROR(ExpectOp(","));
+      if (IsTupleEnd()) break;
+      ASSIGN_OR_RETURN(Target item, ParseTargetPrimary(with_namespace));
+      items.push_back(std::move(item));
+      if (!IsOp(Cur(), ",")) break;
+      is_tuple = true;
+    }
+    if (!is_tuple) {
+      if (!items.empty()) return std::move(items[0]);
+      return Fail(absl::StrCat("Expected an expression, got '",
+                               DescribeToken(Cur()), "'"));
+    }
+    target.kind = Target::Kind::kTuple;
+    target.items = std::move(items);
+    return target;
+  }
+
+  absl::StatusOr<Target> ParseTargetPrimary(bool with_namespace) {
+    if (with_namespace && Cur().type == TokenType::kName &&
+        !IsConstName(Cur().value) && IsOp(Look(), ".")) {
+      Target target;
       target.kind = Target::Kind::kNsAttr;
       target.name = Cur().value;
       Next();
@@ -406,17 +436,7 @@ class Parser : public ExpressionParser {
       ASSIGN_OR_RETURN(target.attr, ExpectName());
       return target;
     }
-    if (name_only) {
-      ASSIGN_OR_RETURN(target.name, ExpectName());
-      if (IsConstName(target.name)) return Fail("can't assign to 'const'");
-      return target;
-    }
-    ExprPtr expr;
-    if (with_tuple) {
-      ASSIGN_OR_RETURN(expr, ParseTuple(true, true, extra, false));
-    } else {
-      ASSIGN_OR_RETURN(expr, ParsePrimary());
-    }
+    ASSIGN_OR_RETURN(ExprPtr expr, ParsePrimary());
     return ToTarget(*expr);
   }
 

@@ -20,6 +20,7 @@
 
 namespace pdserve::jinja {
 
+// json.dumps' formatting arguments (a value type).
 struct JsonDumpOptions {
   bool ensure_ascii = false;
   std::optional<std::string> indent;  // nullopt: one line

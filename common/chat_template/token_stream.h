@@ -20,6 +20,8 @@ namespace pdserve::jinja {
 
 inline constexpr int kMaxParseDepth = 128;
 
+// The tokens of one template and the cursor over them; base of the parser.
+// One per parse; not thread-safe.
 class TokenStream {
  public:
   TokenStream(std::vector<Token> tokens, std::string_view origin)

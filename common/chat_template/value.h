@@ -57,6 +57,7 @@ enum class SeqKind : uint8_t {
 };
 
 // Why a value is undefined; formats jinja2's Undefined error message.
+// Immutable once attached to a Value.
 struct UndefinedInfo {
   std::string name;      // variable, attribute, or repr() of an item key
   std::string obj_type;  // object_type_repr() of the owner ("dict object")
@@ -66,13 +67,16 @@ struct UndefinedInfo {
   std::string Message() const;
 };
 
+// The items of a list, tuple or dict view. Immutable once wrapped in a Value
+// (the sandbox forbids mutating methods), so Values share it freely.
 struct ListData {
   std::vector<Value> items;
   SeqKind kind = SeqKind::kList;
   int depth = 1;  // nesting depth (1 + deepest item)
 };
 
-// A dict keeps insertion order (as Python's); string keys are indexed.
+// A dict: insertion order kept (as Python's), string and integer keys
+// indexed. Built once, then immutable while a Value holds it.
 class DictData {
  public:
   const Value* Find(const Value& key) const;
@@ -91,7 +95,8 @@ class DictData {
   absl::flat_hash_map<int64_t, size_t> int_index_;
 };
 
-// Macros, builtin functions and bound methods.
+// Macros, builtin functions and bound methods. Calls run on the render's
+// thread; builtins are stateless (a joiner's state is per render).
 class Callable {
  public:
   virtual ~Callable() = default;
@@ -103,6 +108,7 @@ class Callable {
 };
 
 // jinja2.utils.Namespace: the only object templates may assign attributes to.
+// Mutable; created by and confined to one render.
 struct NamespaceData {
   std::vector<std::pair<std::string, Value>> attrs;
   Value* Find(std::string_view name);
@@ -110,6 +116,8 @@ struct NamespaceData {
 
 struct LoopData;  // defined by the evaluator
 
+// A one-shot iterator (what jinja2's select, map, unique... return): its
+// items and how many were consumed. Mutable; confined to one render.
 struct GeneratorData {
   std::vector<Value> items;
   size_t pos = 0;
@@ -117,6 +125,9 @@ struct GeneratorData {
   std::string func_name;  // shown by repr(): select_or_reject, ...
 };
 
+// One template value. Copying shares the payload (immutable for strings,
+// lists and dicts), so values may be copied across threads; the mutable
+// payloads (namespace, loop, generator) only exist inside one render.
 class Value {
  public:
   Value() = default;  // an anonymous Undefined

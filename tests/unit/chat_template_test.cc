@@ -335,10 +335,16 @@ TEST(ChatTemplateApi, ConcurrentRendersAgree) {
   const auto lines =
       ReadOrderedJsonl(std::string(kChatTemplateData) + "/reference.jsonl");
   std::vector<std::unique_ptr<ChatTemplate>> templates;
+  std::vector<ChatTemplateInput> inputs;  // built here: PinnedNow sets TZ
+  std::vector<std::string> expected;
   for (const auto& line : lines) {
     const std::string name = line["template"].get<std::string>();
     templates.push_back(
         *ChatTemplate::Parse(ReadText(TemplatePath(name)), name));
+    inputs.push_back(InputFromLine(line));
+    expected.push_back(line.contains("rendered")
+                           ? line["rendered"].get<std::string>()
+                           : line["error"].get<std::string>());
   }
   std::atomic<int> mismatches{0};
   std::vector<std::thread> threads;
@@ -347,13 +353,10 @@ TEST(ChatTemplateApi, ConcurrentRendersAgree) {
       for (int round = 0; round < 20; ++round) {
         for (size_t i = 0; i < lines.size(); ++i) {
           const size_t k = (i + t * 5) % lines.size();
-          auto out = templates[k]->Render(InputFromLine(lines[k]));
-          const std::string want = lines[k].contains("rendered")
-                                       ? lines[k]["rendered"].get<std::string>()
-                                       : lines[k]["error"].get<std::string>();
+          auto out = templates[k]->Render(inputs[k]);
           const std::string got =
               out.ok() ? *out : std::string(out.status().message());
-          if (got != want) ++mismatches;
+          if (got != expected[k]) ++mismatches;
         }
       }
     });

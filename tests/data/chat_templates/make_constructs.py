@@ -659,6 +659,11 @@ case(R, "{{ 'h\u00e9llo'[-1] }}{{ 'h\u00e9llo'[1] }}[{{ 'abc'[-4] }}]{{ ('ab' * 
 case(R, "{{ 'abc'|truncate(9223372036854775807) }} {{ 'ab'|center(1) }}")
 case(R, "{{ 5|round(-20) }} {{ 123456789|round(-3) }}")
 
+case(R, "{% set ns = namespace(x=0) %}{% set a, ns.x = 1, 2 %}{{ a }}{{ ns.x }} {% set (b, c), d = (1, 2), 3 %}{{ b }}{{ c }}{{ d }}")
+case(R, "{% for a, in x %}{{ a }}{% endfor %}", x=[[1, 2]])
+case(R, "{% set ns = namespace(x=0) %}{% for ns.x in [1, 2] %}{% endfor %}{{ ns.x }}")
+case(R, "{% set a, = [1] %}{{ a }}")
+
 
 def main():
     out_path = os.path.join(HERE, "constructs.jsonl")
