@@ -1,15 +1,19 @@
 // `pdserve up`: the README's main command streams a story and stops; a
 // cluster started with up serves requests; no child outlives up, whether it
-// is stopped with SIGTERM or killed with SIGKILL.
+// is stopped with SIGTERM or killed with SIGKILL; a child killed with
+// SIGKILL is restarted on its port and serves again (--restart=on-failure),
+// or stays down (--restart=never).
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "gtest/gtest.h"
@@ -146,6 +150,114 @@ TEST(UpTest, SigtermStopsEverythingCleanly) {
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
       << DescribeWaitStatus(*st);
   EXPECT_TRUE(AllGone(pids, absl::Seconds(5)));
+}
+
+// "NAME   127.0.0.1:PORT (pid PID)" lines of up's start-up report.
+struct ChildLine {
+  int port = 0;
+  int pid = 0;
+};
+std::map<std::string, ChildLine> ChildLines(const std::string& out) {
+  std::map<std::string, ChildLine> lines;
+  std::regex re(
+      "up: +(prefill[0-9]+|decode[0-9]+) +127\\.0\\.0\\.1:([0-9]+) \\(pid "
+      "([0-9]+)\\)");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end;
+       ++it) {
+    lines[(*it)[1]] = {std::stoi((*it)[2]), std::stoi((*it)[3])};
+  }
+  std::smatch m;
+  std::regex router(
+      "router listening on 127\\.0\\.0\\.1:([0-9]+) \\(mode [a-z]+, pid "
+      "([0-9]+)\\)");
+  if (std::regex_search(out, m, router)) {
+    lines["router"] = {std::stoi(m[1]), std::stoi(m[2])};
+  }
+  return lines;
+}
+
+// Waits until up's stderr says `name` serves again; returns its new pid and
+// port.
+ChildLine WaitForRestart(Up& up, const std::string& name, int old_pid) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  std::regex re(
+      name + " \\(pid ([0-9]+)\\) serving again on 127\\.0\\.0\\.1:([0-9]+)");
+  while (absl::Now() < deadline) {
+    const std::string err = ReadFile(up.dir.path() + "/err");
+    for (std::sregex_iterator it(err.begin(), err.end(), re), end; it != end;
+         ++it) {
+      const int pid = std::stoi((*it)[1]);
+      if (pid != old_pid) return {std::stoi((*it)[2]), pid};
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return {};
+}
+
+TEST(UpTest, KilledChildrenAreRestartedOnTheirPortsAndServeAgain) {
+  auto up = StartUp({"--prefill=1", "--decode=1"});
+  const std::string router = WaitReady(*up);
+  ASSERT_FALSE(router.empty())
+      << up->out() << ReadFile(up->dir.path() + "/err");
+  auto children = ChildLines(up->out());
+  ASSERT_EQ(children.size(), 3u) << up->out();
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  auto stub = v1::Generation::NewStub(
+      MakeChannel(router, grpc::InsecureChannelCredentials()));
+  std::vector<int> all_pids;
+  // Every kind of child, the router included, one after the other.
+  for (const std::string name : {"decode0", "prefill0", "router"}) {
+    SCOPED_TRACE(name);
+    const ChildLine before = children[name];
+    all_pids.push_back(before.pid);
+    ASSERT_EQ(kill(before.pid, SIGKILL), 0);
+    const ChildLine after = WaitForRestart(*up, name, before.pid);
+    ASSERT_GT(after.pid, 0) << ReadFile(up->dir.path() + "/err");
+    all_pids.push_back(after.pid);
+    EXPECT_FALSE(Alive(before.pid));
+    EXPECT_EQ(after.port, before.port);
+    // Same port, and the cluster answers exactly again once the router has
+    // seen the restarted worker healthy.
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    absl::StatusOr<GenerateResult> r = absl::UnavailableError("not tried");
+    while (absl::Now() < deadline) {
+      r = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                      absl::Seconds(10));
+      if (r.ok()) break;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    ASSERT_TRUE(r.ok()) << r.status() << ReadFile(up->dir.path() + "/err");
+    EXPECT_EQ(r->output_ids, ref.output_ids);
+  }
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_TRUE(absl::StrContains(err, "restarting decode0 in 500ms")) << err;
+  // The restarted children die with up too.
+  up->proc.Signal(SIGKILL);
+  (void)up->proc.Wait(absl::Seconds(10));
+  EXPECT_TRUE(AllGone(all_pids, absl::Seconds(5)));
+}
+
+TEST(UpTest, RestartNeverLeavesAFailedWorkerDown) {
+  auto up = StartUp({"--prefill=1", "--decode=1", "--restart=never"});
+  ASSERT_FALSE(WaitReady(*up).empty()) << up->out();
+  const ChildLine decode = ChildLines(up->out())["decode0"];
+  ASSERT_EQ(kill(decode.pid, SIGKILL), 0);
+  absl::SleepFor(absl::Seconds(2));
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_TRUE(absl::StrContains(err, "decode0 (pid")) << err;
+  EXPECT_FALSE(absl::StrContains(err, "restarting")) << err;
+  EXPECT_TRUE(up->proc.running() && !up->proc.Poll().has_value());
+  up->proc.Signal(SIGTERM);
+  (void)up->proc.Wait(absl::Seconds(30));
+}
+
+TEST(UpTest, BadRestartPolicyIsRefused) {
+  auto up = StartUp({"--restart=sometimes"});
+  auto st = up->proc.Wait(absl::Seconds(30));
+  ASSERT_TRUE(st.ok());
+  EXPECT_FALSE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+  EXPECT_TRUE(absl::StrContains(ReadFile(up->dir.path() + "/err"),
+                                "--restart must be on-failure or never"));
 }
 
 }  // namespace

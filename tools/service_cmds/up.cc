@@ -1,14 +1,19 @@
 // `pdserve up`: a whole local cluster (router + N prefill + M decode workers)
-// as real child processes on loopback. Children die with `up` (even on
-// SIGKILL: PR_SET_PDEATHSIG); SIGINT/SIGTERM drains and stops them all.
+// as real child processes on loopback, supervised: a child that fails is
+// restarted on its ports with exponential backoff (--restart). Children die
+// with `up` (even on SIGKILL: PR_SET_PDEATHSIG); SIGINT/SIGTERM drains and
+// stops them all.
 // Every child serves Prometheus /metrics on a free loopback port, printed
 // next to its gRPC address.
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "absl/flags/declare.h"
@@ -19,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
@@ -41,20 +47,40 @@ ABSL_FLAG(std::string, decode_args, "",
           "up: extra flags for every decode worker (space-separated)");
 ABSL_FLAG(std::string, router_args, "",
           "up: extra flags for the router (space-separated)");
+ABSL_FLAG(std::string, restart, "on-failure",
+          "up: restart a child that fails (exits non-zero or is killed), on "
+          "its ports, with exponential backoff (on-failure), or leave it "
+          "down (never)");
 
 namespace pdserve {
 namespace {
 
 namespace v1 = ::pdserve::v1;
 
+// One child role process and what restarting it needs.
 struct Child {
-  std::string name;  // "prefill[0]"
+  std::string name;                // "prefill0"
+  std::string role;                // prefill | decode | router
+  std::vector<std::string> flags;  // as first started (without --port_file)
   std::string port_file;
   int port = 0;
   int metrics_port = 0;  // from the port file's "metrics=PORT" line
   int http_port = 0;     // the router's "http=PORT" line
   Subprocess proc;
+  // Supervision (--restart=on-failure).
+  int restarts = 0;                      // in a row (reset after a stable run)
+  absl::Time started;                    // when the current process started
+  std::optional<absl::Time> restart_at;  // scheduled restart
+  bool starting = false;                 // restarted, port file not written yet
 };
+
+// The delay before restart number `n` (0-based): 0.5 s doubling to 30 s.
+absl::Duration RestartBackoff(int n) {
+  return std::min(absl::Seconds(30),
+                  absl::Milliseconds(500) * (1 << std::min(n, 6)));
+}
+// A child that ran this long before failing starts its backoff over.
+constexpr absl::Duration kStableRun = absl::Seconds(30);
 
 std::vector<std::string> SplitArgs(const std::string& s) {
   return absl::StrSplit(s, ' ', absl::SkipEmpty());
@@ -91,10 +117,14 @@ std::vector<std::string> CommonChildFlags(int threads) {
 absl::Status StartChild(const std::string& self, const std::string& role,
                         std::vector<std::string> flags, const std::string& dir,
                         Child* child) {
+  child->role = role;
+  child->flags = flags;
   child->port_file = absl::StrCat(dir, "/", child->name, ".port");
+  std::remove(child->port_file.c_str());  // a restart waits for a new one
   std::vector<std::string> argv = {self, role};
   for (auto& f : flags) argv.push_back(std::move(f));
   argv.push_back(absl::StrCat("--port_file=", child->port_file));
+  child->started = absl::Now();
   SubprocessOptions so;  // the child's output goes to its log file
   so.stdout_path = absl::StrCat(dir, "/", child->name, ".log");
   so.stderr_path = so.stdout_path;
@@ -104,22 +134,28 @@ absl::Status StartChild(const std::string& self, const std::string& role,
   return absl::OkStatus();
 }
 
+// Reads the child's port file; false until it exists.
+bool ReadPortFile(Child& child) {
+  std::ifstream in(child.port_file);
+  std::string text;
+  if (!in || !std::getline(in, text) || !absl::SimpleAtoi(text, &child.port) ||
+      child.port <= 0) {
+    return false;
+  }
+  while (std::getline(in, text)) {
+    absl::string_view rest = text;
+    if (absl::ConsumePrefix(&rest, "metrics=")) {
+      (void)absl::SimpleAtoi(rest, &child.metrics_port);
+    } else if (absl::ConsumePrefix(&rest, "http=")) {
+      (void)absl::SimpleAtoi(rest, &child.http_port);
+    }
+  }
+  return true;
+}
+
 absl::Status WaitForPort(Child& child, absl::Time deadline) {
   while (absl::Now() < deadline) {
-    std::ifstream in(child.port_file);
-    std::string text;
-    if (in && std::getline(in, text) && absl::SimpleAtoi(text, &child.port) &&
-        child.port > 0) {
-      while (std::getline(in, text)) {
-        absl::string_view rest = text;
-        if (absl::ConsumePrefix(&rest, "metrics=")) {
-          (void)absl::SimpleAtoi(rest, &child.metrics_port);
-        } else if (absl::ConsumePrefix(&rest, "http=")) {
-          (void)absl::SimpleAtoi(rest, &child.http_port);
-        }
-      }
-      return absl::OkStatus();
-    }
+    if (ReadPortFile(child)) return absl::OkStatus();
     if (auto status = child.proc.Poll(); status.has_value()) {
       return absl::UnavailableError(absl::StrCat(
           child.name, " ", DescribeWaitStatus(*status), " while starting"));
@@ -139,6 +175,60 @@ void StopAll(std::vector<Child>& children) {
   }
 }
 
+// One supervision step for a child: notices an exit, schedules and performs
+// a restart on the same ports (the router's worker list and Prometheus
+// targets stay valid), and reports when the restarted child is ready again.
+void SuperviseChild(const std::string& self, const std::string& dir,
+                    bool restart, Child& c) {
+  const absl::Time now = absl::Now();
+  if (c.restart_at.has_value()) {
+    if (now < *c.restart_at) return;
+    c.restart_at.reset();
+    std::vector<std::string> flags = c.flags;
+    // The same ports as before (later flags win).
+    flags.push_back(absl::StrCat("--port=", c.port));
+    if (c.metrics_port > 0) {
+      flags.push_back(absl::StrCat("--metrics_port=", c.metrics_port));
+    }
+    if (c.http_port > 0) {
+      flags.push_back(absl::StrCat("--http_port=", c.http_port));
+    }
+    const std::vector<std::string> original = c.flags;
+    absl::Status s = StartChild(self, c.role, std::move(flags), dir, &c);
+    c.flags = original;
+    if (!s.ok()) {
+      std::fprintf(stderr, "pdserve up: cannot restart %s: %s\n",
+                   c.name.c_str(), s.ToString().c_str());
+      c.restart_at = now + RestartBackoff(++c.restarts);
+      return;
+    }
+    c.starting = true;
+    std::fprintf(stderr, "pdserve up: %s restarted (pid %d, restart %d)\n",
+                 c.name.c_str(), c.proc.pid(), c.restarts);
+    return;
+  }
+  if (c.starting && ReadPortFile(c)) {
+    c.starting = false;
+    std::fprintf(stderr,
+                 "pdserve up: %s (pid %d) serving again on 127.0.0.1:%d\n",
+                 c.name.c_str(), c.proc.pid(), c.port);
+  }
+  if (!c.proc.running()) return;
+  auto st = c.proc.Poll();
+  if (!st.has_value()) return;
+  const bool failed = !WIFEXITED(*st) || WEXITSTATUS(*st) != 0;
+  std::fprintf(stderr, "pdserve up: %s (pid %d) %s; see %s/%s.log\n",
+               c.name.c_str(), c.proc.pid(), DescribeWaitStatus(*st).c_str(),
+               dir.c_str(), c.name.c_str());
+  if (!restart || !failed) return;
+  if (now - c.started >= kStableRun) c.restarts = 0;
+  const absl::Duration delay = RestartBackoff(c.restarts);
+  ++c.restarts;
+  c.restart_at = now + delay;
+  std::fprintf(stderr, "pdserve up: restarting %s in %s\n", c.name.c_str(),
+               absl::FormatDuration(delay).c_str());
+}
+
 int RunUp(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("up");
@@ -150,6 +240,12 @@ int RunUp(const std::vector<std::string>&) {
       (decode_flag.size() == 1 && !absl::SimpleAtoi(decode_flag[0], &num_d))) {
     return FailWith("up",
                     absl::InvalidArgumentError("--decode takes one number"));
+  }
+  const std::string restart_policy = absl::GetFlag(FLAGS_restart);
+  if (restart_policy != "on-failure" && restart_policy != "never") {
+    return FailWith("up", absl::InvalidArgumentError(absl::StrCat(
+                              "--restart must be on-failure or never, got '",
+                              restart_policy, "'")));
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (num_d < 1 || num_p < 0 || (num_p == 0 && mode != "colocated")) {
@@ -313,7 +409,10 @@ int RunUp(const std::vector<std::string>&) {
   }
   std::printf("pdserve up: ready (Ctrl-C stops the cluster)\n");
   std::fflush(stdout);
-  // Supervise until a signal; a child that dies is reported.
+  // Supervise until a signal: a child that fails is restarted on its ports
+  // (--restart=on-failure), or reported and left down (never; the cluster
+  // stops when the router is down).
+  const bool restart = absl::GetFlag(FLAGS_restart) == "on-failure";
   int rc = 0;
   while (true) {
     if (auto sig = WaitForTerminationSignal(absl::Milliseconds(200));
@@ -322,18 +421,12 @@ int RunUp(const std::vector<std::string>&) {
                    *sig);
       break;
     }
-    bool router_died = false;
+    bool router_down = false;
     for (Child& c : children) {
-      if (!c.proc.running()) continue;
-      if (auto st = c.proc.Poll(); st.has_value()) {
-        std::fprintf(stderr, "pdserve up: %s (pid %d) %s; see %s/%s.log\n",
-                     c.name.c_str(), c.proc.pid(),
-                     DescribeWaitStatus(*st).c_str(), dir.c_str(),
-                     c.name.c_str());
-        if (&c == &router) router_died = true;
-      }
+      SuperviseChild(self, dir, restart, c);
+      router_down |= &c == &router && !c.proc.running() && !c.restart_at;
     }
-    if (router_died) {
+    if (router_down) {
       rc = 1;
       break;
     }
@@ -352,7 +445,7 @@ PDSERVE_SUBCOMMAND("up",
                    "child processes",
                    "pdserve up [--model=models/stories260K] [--prefill=1] "
                    "[--decode=1] [--port=50051] [--http_port=8000] "
-                   "[--chat_template=FILE] "
+                   "[--chat_template=FILE] [--restart=on-failure|never] "
                    "[--mode=disaggregated|colocated|auto] "
                    "[--demo_prompt=\"Once upon a time\"]",
                    RunUp);
