@@ -77,6 +77,20 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
   return absl::DeadlineExceededError(absl::StrCat(name, " did not start"));
 }
 
+metrics::PrometheusSamples ScrapeRole(const RoleProcess& p) {
+  if (p.metrics_port <= 0) {
+    std::fprintf(stderr, "%s reported no metrics port\n", p.name.c_str());
+    return metrics::PrometheusSamples();
+  }
+  auto s = metrics::ScrapeMetrics("127.0.0.1", p.metrics_port);
+  if (!s.ok()) {
+    std::fprintf(stderr, "scraping %s: %s\n", p.name.c_str(),
+                 s.status().ToString().c_str());
+    return metrics::PrometheusSamples();
+  }
+  return *std::move(s);
+}
+
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     const ClusterOptions& options) {
   std::unique_ptr<Cluster> c(new Cluster());

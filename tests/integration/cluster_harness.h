@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/metrics/prometheus_text.h"
 #include "common/util/subprocess.h"
 #include "grpcpp/security/credentials.h"
 #include "pdserve/v1/generate.grpc.pb.h"
@@ -104,6 +105,11 @@ class Cluster {
   std::vector<std::unique_ptr<RoleProcess>> prefill_, decode_, routers_;
   std::vector<std::unique_ptr<v1::Generation::Stub>> router_stubs_;
 };
+
+// The role's /metrics (it must run with --metrics_port=-1). Empty samples,
+// with the error on stderr, when the scrape fails (the caller's EXPECTs on
+// the values then fail).
+metrics::PrometheusSamples ScrapeRole(const RoleProcess& p);
 
 // A prompt of models/stories260K/reference_greedy.jsonl.
 struct ReferenceCase {

@@ -32,9 +32,7 @@ using metrics::Stage;
 
 PrometheusSamples Scrape(const RoleProcess& p) {
   EXPECT_GT(p.metrics_port, 0) << p.name << " reported no metrics port";
-  auto s = metrics::ScrapeMetrics("127.0.0.1", p.metrics_port);
-  EXPECT_TRUE(s.ok()) << p.name << ": " << s.status();
-  return s.ok() ? *std::move(s) : PrometheusSamples();
+  return ScrapeRole(p);
 }
 
 double Value(const PrometheusSamples& s, const std::string& name,

@@ -56,9 +56,7 @@ bool WaitForTokens(const ClientCall& call, int n) {
 }
 
 metrics::PrometheusSamples Scrape(const RoleProcess& router) {
-  auto s = metrics::ScrapeMetrics("127.0.0.1", router.metrics_port);
-  EXPECT_TRUE(s.ok()) << s.status();
-  return s.ok() ? *std::move(s) : metrics::PrometheusSamples();
+  return ScrapeRole(router);
 }
 
 // The router's handlers have all returned (bounded wait; a hang fails).
