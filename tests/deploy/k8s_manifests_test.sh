@@ -24,11 +24,13 @@ for tool in kubectl node npm; do
 done
 
 # The schema packages are pinned by package-lock.json; node_modules is not
-# committed. A lock directory keeps parallel test runs from racing npm.
-if [ ! -d "$SCHEMA/node_modules/kubernetes-models" ]; then
-  echo "installing the schema packages (npm ci) in $SCHEMA"
-  (cd "$SCHEMA" && flock "$SCHEMA/package.json" npm ci --no-audit --no-fund --loglevel=error)
-fi
+# committed. The check and the install run under one lock, and the marker is
+# written only after npm ci succeeded, so parallel runs never race npm.
+(cd "$SCHEMA" && flock "$SCHEMA/package.json" sh -c '
+  test -f node_modules/.pdserve-installed && exit 0
+  echo "installing the schema packages (npm ci) in $PWD"
+  npm ci --no-audit --no-fund --loglevel=error &&
+    touch node_modules/.pdserve-installed')
 
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

@@ -6,7 +6,6 @@
 // the SDK sees exactly them. A second test runs 1,000 concurrent streaming
 // chat requests (tests/openai/load_test.mjs) and reports the router's
 // thread count and peak RSS, which must stay bounded.
-#include <sys/stat.h>
 
 #include <fstream>
 #include <sstream>
@@ -29,15 +28,15 @@ using nlohmann::json;
 constexpr char kChatTemplate[] = "models/chat_templates/llama2.jinja";
 
 // Installs tests/openai/node_modules (npm ci, pinned by package-lock.json)
-// once; a lock file keeps parallel tests from racing npm.
+// once. The check and the install both run under a lock, and a marker is
+// written only after npm ci succeeded: a parallel test never sees a
+// half-installed tree, and never has one deleted under it by a second npm ci.
 absl::Status InstallSdk() {
-  struct stat st;
-  if (stat("tests/openai/node_modules/openai/package.json", &st) == 0) {
-    return absl::OkStatus();
-  }
   const int rc = std::system(
-      "cd tests/openai && flock package.json npm ci --no-audit --no-fund "
-      "--loglevel=error >/dev/null 2>&1");
+      "cd tests/openai && flock package.json sh -c '"
+      "test -f node_modules/.pdserve-installed || "
+      "(npm ci --no-audit --no-fund --loglevel=error >/dev/null 2>&1 && "
+      "touch node_modules/.pdserve-installed)'");
   if (rc != 0) {
     return absl::UnavailableError(
         "npm ci in tests/openai failed (needs the npm registry; "
