@@ -107,6 +107,9 @@ void DecodeWorker::OnStep(double seconds) {
       now.prefill_tokens_computed - last.prefill_tokens_computed;
   if (hits + computed > 0)
     m.compute().ObservePrefixLookup(hits + computed, hits);
+  // The prefill cost fit (--mode=auto): a step's seconds against the prompt
+  // tokens it computed (its decode items land in the fit's overhead).
+  if (computed > 0) prefill_cost_.Add(static_cast<double>(computed), seconds);
   last_stats_ = now;
   ExportGauges(engine_->free_blocks(), engine_->total_blocks());
 }
@@ -284,8 +287,6 @@ grpc::Status DecodeWorker::Decode(
       timings.set_prefill_compute(Seconds(claim_time, first));
       options_.metrics->compute().ObserveCompute(
           timings.prefill_compute(), request->colocated().prompt_ids_size());
-      prefill_cost_.Add(request->colocated().prompt_ids_size(),
-                        timings.prefill_compute());
     } else {
       timings.set_first_decode_step(Seconds(submitted, first));
     }

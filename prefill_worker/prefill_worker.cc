@@ -345,7 +345,15 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
                         active[i].push);
       }
     };
+    const absl::Time pass_start = absl::Now();
     status = engine_->Forward(fwd, &logits, on_layer_done);
+    // The cost fit (--mode=auto) samples forward passes, seconds against the
+    // prompt tokens computed in them: a request's own elapsed time would
+    // include the other prompts' chunks sharing its passes.
+    if (status.ok()) {
+      prefill_cost_.Add(forward_tokens,
+                        absl::ToDoubleSeconds(absl::Now() - pass_start));
+    }
   }
   const int vocab = engine_->config().vocab_size;
   for (size_t k = 0; k < ranges.size(); ++k) {
@@ -398,8 +406,6 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
     options_.metrics->compute().ObserveCompute(
         resp.prefill_compute_seconds(),
         static_cast<int64_t>(it.prompt.size()) - it.reused_tokens);
-    prefill_cost_.Add(static_cast<double>(it.prompt.size() - it.reused_tokens),
-                      resp.prefill_compute_seconds());
     if (resp.finished()) {
       it.push->Discard();  // nothing left to decode: not a failure
     } else {
