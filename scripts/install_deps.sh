@@ -20,6 +20,8 @@ BUILD_PACKAGES=(
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   # KV checksums
   libxxhash-dev
+  # KV data plane: UCX (UCP API; RDMA, shared memory, TCP)
+  libucx-dev
 )
 TEST_PACKAGES=(
   git clang-format ca-certificates curl
@@ -27,6 +29,8 @@ TEST_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # tests: certificates, process tools, Prometheus, Python
   openssl procps util-linux iproute2 prometheus python3
+  # bench-kv-transfer: UCX's own ucx_perftest as the reference
+  ucx-utils
   # deployment tests (tests/deploy): podman with runc, a local Debian base
   # image; netavark needs iptables, `podman play kube` needs catatonit (pods'
   # pause process). Both are only "recommended" by podman, hence named here.

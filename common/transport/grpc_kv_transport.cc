@@ -1,5 +1,6 @@
 #include "common/transport/grpc_kv_transport.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +31,8 @@ absl::Status KvPushCall::FinishWithError(absl::Status if_ok) {
   finished_ = true;
   error_ = s.ok() ? std::move(if_ok) : FromGrpcStatus(s);
   const auto& trailers = context_.GetServerTrailingMetadata();
-  shm_unusable_ = trailers.find(kShmUnusableMetadataKey) != trailers.end();
+  transport_unusable_ =
+      trailers.find(kTransportUnusableMetadataKey) != trailers.end();
   return error_;
 }
 
@@ -125,6 +127,21 @@ std::shared_ptr<grpc::Channel> GrpcKvSender::ChannelFor(
   return ch;
 }
 
+absl::StatusOr<pb::KvDescribeResponse> GrpcKvSender::Describe(
+    const std::string& target, absl::Time deadline) {
+  auto stub = pb::KvTransfer::NewStub(ChannelFor(target));
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(10))));
+  pb::KvDescribeResponse response;
+  grpc::Status s = stub->Describe(&context, pb::KvDescribeRequest(), &response);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return pb::KvDescribeResponse();  // accepts inline pushes only
+  }
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
 absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
     const std::string& target, const pb::KvHeader& header,
     absl::Time deadline) {
@@ -135,9 +152,10 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
   return stream;
 }
 
-KvTransferService::KvTransferService(KvSinkFactory* factory, bool accept_shm)
-    : factory_(factory) {
-  if (!accept_shm) return;
+KvTransferService::KvTransferService(KvSinkFactory* factory,
+                                     KvReceiveOptions options)
+    : factory_(factory), ucx_(options.ucx) {
+  if (!options.accept_shm) return;
   if (int n = SweepStaleShmSegments(absl::Seconds(10)); n > 0) {
     PDSERVE_LOG_INFO(
         "removed %d stale shared-memory segments of dead "
@@ -161,7 +179,30 @@ grpc::Status KvTransferService::Describe(grpc::ServerContext*,
     response->set_shm_probe_name(probe_->name());
     response->set_shm_probe_nonce(probe_->nonce());
   }
+  if (ucx_ != nullptr) ucx_->Describe(response);
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<KvChunkSource>> KvTransferService::OpenSource(
+    const pb::KvHeader& header, int64_t expected_bytes,
+    bool* transport_unusable) {
+  absl::StatusOr<std::unique_ptr<KvChunkSource>> source = nullptr;
+  if (header.has_shm() && header.has_ucx()) {
+    return absl::InvalidArgumentError(
+        "KV header: both a shared-memory segment and a UCX region");
+  }
+  if (header.has_shm()) {
+    source = OpenShmChunkSource(header.shm(), expected_bytes);
+    if (!source.ok()) counters_.shm_unusable.fetch_add(1);
+  } else if (header.has_ucx()) {
+    source = ucx_ != nullptr ? ucx_->Open(header.ucx(), expected_bytes)
+                             : absl::FailedPreconditionError(
+                                   "this decode worker accepts no UCX pushes");
+    if (!source.ok()) counters_.ucx_unusable.fetch_add(1);
+  }
+  *transport_unusable =
+      !source.ok() && !absl::IsInvalidArgument(source.status());
+  return source;
 }
 
 grpc::Status KvTransferService::Push(
@@ -184,22 +225,17 @@ grpc::Status KvTransferService::Push(
     return ToGrpcStatus(s);
   }
   KvCoverage coverage(factory_->layout(), header.num_tokens());
-  // Shared memory: map the segment before any sink exists, so that a
-  // segment this process cannot open lets P fall back to gRPC. It is
-  // unmapped when this call ends, before P sees the ack and reuses it.
-  std::unique_ptr<ShmSegment> segment;
-  if (header.has_shm()) {
-    auto opened = OpenPushSegment(header.shm(), coverage.expected_bytes());
-    if (!opened.ok()) {
-      counters_.shm_unusable.fetch_add(1);
-      PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
-                          opened.status().ToString());
-      if (!absl::IsInvalidArgument(opened.status())) {
-        context->AddTrailingMetadata(kShmUnusableMetadataKey, "1");
-      }
-      return ToGrpcStatus(opened.status());
-    }
-    segment = *std::move(opened);
+  // Out-of-band bytes (shared memory, UCX): opened before any sink exists,
+  // so that a transport this process cannot use lets P push another way.
+  // Released when this call ends, before P sees the ack and reuses them.
+  bool unusable = false;
+  auto source = OpenSource(header, coverage.expected_bytes(), &unusable);
+  if (!source.ok()) {
+    PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
+                        source.status().ToString());
+    if (unusable)
+      context->AddTrailingMetadata(kTransportUnusableMetadataKey, "1");
+    return ToGrpcStatus(source.status());
   }
   auto sink = factory_->Begin(header, [context] { context->TryCancel(); });
   if (!sink.ok()) {
@@ -207,11 +243,14 @@ grpc::Status KvTransferService::Push(
     return ToGrpcStatus(sink.status());
   }
   counters_.pushes.fetch_add(1);
-  if (segment != nullptr) counters_.shm_pushes.fetch_add(1);
+  if (header.has_shm()) counters_.shm_pushes.fetch_add(1);
+  if (header.has_ucx()) counters_.ucx_pushes.fetch_add(1);
   auto fail = [&](absl::Status st) {
+    if (*source != nullptr) (*source)->Failed(st);
     (*sink)->OnAbort(st);
     return ToGrpcStatus(st);
   };
+  auto cancelled = [context] { return context->IsCancelled(); };
   while (true) {
     if (!reader->Read(&msg)) {
       return fail(context->IsCancelled()
@@ -220,17 +259,20 @@ grpc::Status KvTransferService::Push(
                             "KV push ended before its commit (prefill worker "
                             "gone?)"));
     }
-    if (msg.has_chunk() || msg.has_shm_chunk()) {
-      // Both kinds are verified and sunk by the same code; a shared-memory
-      // chunk is read in place (P wrote it before sending its descriptor and
-      // never touches it again; the checksum guards against corruption, as
-      // on the wire, not against a hostile P, which could send any bytes).
+    if (msg.has_chunk() || msg.has_chunk_ref()) {
+      // Both kinds are verified and sunk by the same code. A referenced
+      // chunk is read where its source puts it: in place in shared memory
+      // (P wrote it before sending its reference and never touches it
+      // again), or in a landing buffer a UCX get filled. The checksum guards
+      // against corruption, as on the wire, not against a hostile P, which
+      // could send any bytes.
       absl::StatusOr<KvChunkView> chunk = absl::InvalidArgumentError(
-          "KV push: shared-memory chunk without a segment");
+          "KV push: chunk reference without a shared-memory segment or UCX "
+          "region");
       if (msg.has_chunk()) {
         chunk = KvChunkView::Of(msg.chunk());
-      } else if (segment != nullptr) {
-        chunk = ChunkFromShm(*segment, msg.shm_chunk());
+      } else if (*source != nullptr) {
+        chunk = (*source)->Fetch(msg.chunk_ref(), cancelled);
       }
       if (!chunk.ok()) return fail(chunk.status());
       s = coverage.Accept(*chunk);

@@ -2,9 +2,10 @@
 // to a decode worker (KvSender / KvPushStream) and how a decode worker
 // consumes pushes (KvSink). gRPC client-streaming is one implementation
 // (grpc_kv_transport.h); the same-host shared-memory transport
-// (shm_kv_transport.h) implements the same interfaces. KvSender implementations
-// are thread-safe; a KvPushStream is driven by one thread, except Cancel(),
-// which any thread may call.
+// (shm_kv_transport.h) and UCX (ucx_kv_sender.h, ucx_kv_receiver.h)
+// implement the same interfaces, with gRPC as their control stream. KvSender
+// implementations are thread-safe; a KvPushStream is driven by one thread,
+// except Cancel(), which any thread may call.
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 
@@ -23,7 +24,7 @@ namespace pdserve::transport {
 struct KvPushResult {
   int64_t bytes = 0;               // KV payload bytes acknowledged by D
   double transfer_seconds = 0;     // measured by D
-  std::string transport = "grpc";  // "grpc" | "shm": how the bytes went
+  std::string transport = "grpc";  // "grpc" | "shm" | "ucx": how the bytes went
 };
 
 // One sequence's push. Send chunks in per-layer token order, then Commit.
@@ -76,6 +77,23 @@ class KvSink {
   virtual void OnAbort(const absl::Status& status) = 0;
   // A chunk failed its checksum (OnAbort with DATA_LOSS follows).
   virtual void OnChecksumFailure() {}
+};
+
+// D: where the bytes of a push's chunk references (pb::KvChunkRef) are: a
+// shared-memory segment P wrote, or P's UCX export region, read into a
+// landing buffer. Driven by the push's handler thread.
+class KvChunkSource {
+ public:
+  virtual ~KvChunkSource() = default;
+  // The chunk `ref` names; its bytes are valid until the next Fetch or the
+  // source's destruction. INVALID_ARGUMENT for a reference outside the
+  // buffer; `cancelled` (the push stream broke or was cancelled) may end a
+  // slow fetch (CANCELLED).
+  virtual absl::StatusOr<KvChunkView> Fetch(
+      const pb::KvChunkRef& ref, const std::function<bool()>& cancelled) = 0;
+  // The push failed with `status` (P may be gone): drop what connects this
+  // process to P once no other push uses it.
+  virtual void Failed(const absl::Status& status) {}
 };
 
 class KvSinkFactory {

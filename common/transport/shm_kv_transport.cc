@@ -57,7 +57,7 @@ class ShmKvPushStream : public KvPushStream {
     char* dst = segment_->mutable_data() + offset_;
     std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
     if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
-    pb::KvShmChunk desc;
+    pb::KvChunkRef desc;
     desc.set_layer(chunk.layer());
     desc.set_token_begin(chunk.token_begin());
     desc.set_token_end(chunk.token_end());
@@ -67,7 +67,7 @@ class ShmKvPushStream : public KvPushStream {
     offset_ += n;
     sent_.push_back(desc);
     pb::KvPushMessage msg;
-    *msg.mutable_shm_chunk() = std::move(desc);
+    *msg.mutable_chunk_ref() = std::move(desc);
     return Check(call_.Write(msg));
   }
 
@@ -112,8 +112,8 @@ class ShmKvPushStream : public KvPushStream {
     if (s.ok()) return s;
     segment_->Unlink();
     if (!absl::IsCancelled(s)) sender_->Forget(target_);  // ask D again
-    if (!call_.shm_unusable() || sender_->mode() != KvTransportMode::kAuto ||
-        stalled_) {
+    if (!call_.transport_unusable() ||
+        sender_->mode() != KvTransportMode::kAuto || stalled_) {
       return s;
     }
     PDSERVE_LOG_WARNING(
@@ -155,7 +155,7 @@ class ShmKvPushStream : public KvPushStream {
   // mu_); read without the lock by the driving thread, which alone moves it.
   std::unique_ptr<ShmSegment> segment_;
   KvPushCall call_;
-  std::vector<pb::KvShmChunk> sent_;  // descriptors, for a fallback replay
+  std::vector<pb::KvChunkRef> sent_;  // descriptors, for a fallback replay
   int64_t offset_ = 0;
   int chunks_sent_ = 0;
   bool stalled_ = false;
@@ -166,26 +166,38 @@ class ShmKvPushStream : public KvPushStream {
 
 }  // namespace
 
-absl::StatusOr<KvTransportMode> ParseKvTransportMode(absl::string_view name) {
-  if (name == "auto") return KvTransportMode::kAuto;
-  if (name == "grpc") return KvTransportMode::kGrpc;
-  if (name == "shm") return KvTransportMode::kShm;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--kv_transport must be auto, grpc or shm, not '", name, "'"));
-}
+namespace {
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> OpenPushSegment(
+// A push's segment, mapped read-only for the push.
+class ShmChunkSource : public KvChunkSource {
+ public:
+  explicit ShmChunkSource(std::unique_ptr<ShmSegment> segment)
+      : segment_(std::move(segment)) {}
+  absl::StatusOr<KvChunkView> Fetch(const pb::KvChunkRef& ref,
+                                    const std::function<bool()>&) override {
+    return ChunkFromShm(*segment_, ref);
+  }
+
+ private:
+  std::unique_ptr<ShmSegment> segment_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<KvChunkSource>> OpenShmChunkSource(
     const pb::KvShmSegment& shm, int64_t expected_bytes) {
   if (shm.size() < expected_bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV header: shared-memory segment of ", shm.size(),
                      " bytes, the push needs ", expected_bytes));
   }
-  return ShmSegment::OpenReadOnly(shm.name(), shm.size());
+  auto segment = ShmSegment::OpenReadOnly(shm.name(), shm.size());
+  if (!segment.ok()) return segment.status();
+  return std::make_unique<ShmChunkSource>(*std::move(segment));
 }
 
 absl::StatusOr<KvChunkView> ChunkFromShm(const ShmSegment& segment,
-                                         const pb::KvShmChunk& desc) {
+                                         const pb::KvChunkRef& desc) {
   if (desc.offset() < 0 || desc.length() < 0 ||
       desc.offset() > segment.size() ||
       desc.length() > segment.size() - desc.offset()) {
@@ -282,21 +294,11 @@ absl::StatusOr<bool> ShmKvSender::ShmUsable(const std::string& target,
       return it->second.usable;
     }
   }
-  auto stub = pb::KvTransfer::NewStub(grpc_->ChannelFor(target));
-  grpc::ClientContext context;
-  context.set_deadline(
-      absl::ToChronoTime(std::min(deadline, now + absl::Seconds(10))));
-  pb::KvDescribeRequest request;
-  pb::KvDescribeResponse response;
-  grpc::Status s = stub->Describe(&context, request, &response);
-  bool usable = false;
-  if (s.ok()) {
-    usable =
-        !response.shm_probe_name().empty() &&
-        ShmProbeMatches(response.shm_probe_name(), response.shm_probe_nonce());
-  } else if (s.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
-    return FromGrpcStatus(s);  // not cached: ask again next time
-  }
+  auto response = grpc_->Describe(target, deadline);
+  if (!response.ok()) return response.status();  // not cached: ask again
+  const bool usable =
+      !response->shm_probe_name().empty() &&
+      ShmProbeMatches(response->shm_probe_name(), response->shm_probe_nonce());
   absl::MutexLock lock(&mu_);
   probed_[target] = Probed{usable, now};
   return usable;

@@ -29,25 +29,21 @@
 #include "absl/time/time.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_transport.h"
+#include "common/transport/kv_transport_mode.h"
 #include "common/transport/shm_segment.h"
 
 namespace pdserve::transport {
 
-// --kv_transport: auto (shared memory when possible, else gRPC), grpc, shm
-// (shared memory or fail).
-enum class KvTransportMode { kAuto, kGrpc, kShm };
-absl::StatusOr<KvTransportMode> ParseKvTransportMode(absl::string_view name);
-
-// D: maps a push's segment read-only. INVALID_ARGUMENT when the header's
-// size is below `expected_bytes`; other errors mean this process cannot open
-// the segment.
-absl::StatusOr<std::unique_ptr<ShmSegment>> OpenPushSegment(
+// D: maps a push's segment read-only for the push. INVALID_ARGUMENT when
+// the header's size is below `expected_bytes`; other errors mean this
+// process cannot open the segment.
+absl::StatusOr<std::unique_ptr<KvChunkSource>> OpenShmChunkSource(
     const pb::KvShmSegment& shm, int64_t expected_bytes);
 // D: the chunk a descriptor points at, bytes in the segment's mapping
 // (INVALID_ARGUMENT when it leaves the segment). Verification is
 // KvCoverage's, as for inline chunks.
 absl::StatusOr<KvChunkView> ChunkFromShm(const ShmSegment& segment,
-                                         const pb::KvShmChunk& desc);
+                                         const pb::KvChunkRef& desc);
 
 class ShmKvSender : public KvSender {
  public:

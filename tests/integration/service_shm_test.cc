@@ -1,5 +1,5 @@
 // The same-host shared-memory KV transport in the service: with P and D on
-// one host, --kv_transport=auto (the default) pushes every KV through shared
+// one host, --kv_transport=shm pushes every KV through shared
 // memory (asserted on the prefill worker's pdserve_kv_pushes_total and
 // kv_pushes_ok), and the outputs equal the reference and those of a cluster
 // forced onto --kv_transport=grpc; a corrupted shared-memory chunk fails
@@ -63,7 +63,7 @@ class ShmTransportTest : public ::testing::Test {
     return c.ok() ? c->release() : nullptr;
   }
   static void SetUpTestSuite() {
-    shm_ = Start("auto");
+    shm_ = Start("shm");  // auto prefers UCX (service_ucx_test)
     grpc_ = Start("grpc");
     cases_ = LoadReferenceCases();
   }

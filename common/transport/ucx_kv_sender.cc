@@ -1,0 +1,331 @@
+#include "common/transport/ucx_kv_sender.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/transport/kv_wire.h"
+#include "common/util/logging.h"
+
+namespace pdserve::transport {
+namespace {
+
+// One push through a UCX export region. Send/Commit run on one thread;
+// Cancel may come from any thread. Until D has attached the region nothing
+// reaches a sink, so a refusal (D cannot reach this worker, auto mode)
+// replays the chunks written so far from the region into a push opened on
+// the fallback sender, which then carries the rest.
+class UcxKvPushStream : public KvPushStream {
+ public:
+  UcxKvPushStream(UcxKvSender* sender, std::string target, pb::KvHeader header,
+                  absl::Time deadline, std::unique_ptr<UcxRegion> region)
+      : sender_(sender),
+        target_(std::move(target)),
+        header_(std::move(header)),
+        deadline_(deadline),
+        faults_(sender->grpc()->faults()),
+        region_(std::move(region)),
+        call_(sender->grpc()->ChannelFor(target_), deadline) {}
+
+  ~UcxKvPushStream() override {
+    if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), false);
+  }
+
+  absl::Status Start() {
+    pb::KvPushMessage msg;
+    *msg.mutable_header() = header_;
+    pb::KvUcxSource* src = msg.mutable_header()->mutable_ucx();
+    src->set_worker_address(sender_->worker()->address());
+    src->set_address(reinterpret_cast<uint64_t>(region_->data()));
+    src->set_size(region_->size());
+    src->set_rkey(region_->packed_rkey());
+    src->set_memory_type(
+        std::string(UcxMemoryTypeName(region_->memory_type())));
+    src->set_host_id(UcxHostId());
+    return Check(call_.Write(msg));
+  }
+
+  absl::Status Send(pb::KvChunk chunk) override {
+    if (KvPushStream* f = fallback()) return f->Send(std::move(chunk));
+    const int index = chunks_sent_++;
+    if (faults_.stop_after_chunks >= 0 && index >= faults_.stop_after_chunks) {
+      stalled_ = true;  // test-only: the push never completes
+      return absl::OkStatus();
+    }
+    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    if (n > region_->size() - offset_) {
+      return Check(absl::InternalError(absl::StrCat(
+          "KV chunk of ", n, " bytes overflows the UCX export region (",
+          offset_, " of ", region_->size(), " bytes used)")));
+    }
+    char* dst = region_->data() + offset_;
+    std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
+    if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
+    pb::KvChunkRef ref;
+    ref.set_layer(chunk.layer());
+    ref.set_token_begin(chunk.token_begin());
+    ref.set_token_end(chunk.token_end());
+    ref.set_offset(offset_);
+    ref.set_length(n);
+    ref.set_xxh3(chunk.xxh3());
+    offset_ += n;
+    sent_.push_back(ref);
+    pb::KvPushMessage msg;
+    *msg.mutable_chunk_ref() = std::move(ref);
+    return Check(call_.Write(msg));
+  }
+
+  absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
+    if (KvPushStream* f = fallback()) return f->Commit(commit);
+    if (stalled_) return Check(call_.FinishWithoutCommit());
+    pb::KvPushMessage msg;
+    *msg.mutable_commit() = commit;
+    auto ack = call_.Finish(msg);
+    if (!ack.ok()) {
+      absl::Status s = Check(ack.status());
+      if (!s.ok()) return s;
+      return fallback()->Commit(commit);  // refused: went to the fallback
+    }
+    // D has read every chunk before acknowledging: reusable at once.
+    std::unique_ptr<UcxRegion> done;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) done = std::move(region_);
+    }
+    if (done != nullptr) sender_->ReturnRegion(std::move(done), true);
+    return KvPushResult{ack->bytes_received(), ack->transfer_seconds(), "ucx"};
+  }
+
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    call_.Cancel();
+    if (fallback_ != nullptr) fallback_->Cancel();
+  }
+
+ private:
+  KvPushStream* fallback() {
+    absl::MutexLock lock(&mu_);
+    return fallback_.get();
+  }
+
+  // OK passes. A push D refused because it cannot use UCX with this worker
+  // moves to the fallback sender when there is one (OK when that worked);
+  // any other error fails the push and forgets the target's answer.
+  absl::Status Check(absl::Status s) {
+    if (s.ok()) return s;
+    if (!absl::IsCancelled(s)) sender_->Forget(target_);  // ask D again
+    if (!call_.transport_unusable() || sender_->fallback() == nullptr ||
+        stalled_) {
+      return s;
+    }
+    PDSERVE_LOG_WARNING(
+        "KV push %s: %s cannot read this worker's memory with UCX (%s); "
+        "pushing it another way",
+        header_.request_id(), target_, s.ToString());
+    auto opened = sender_->fallback()->Open(target_, header_, deadline_);
+    if (!opened.ok()) return opened.status();
+    for (size_t i = 0; i < sent_.size(); ++i) {
+      pb::KvChunk chunk;
+      chunk.set_layer(sent_[i].layer());
+      chunk.set_token_begin(sent_[i].token_begin());
+      chunk.set_token_end(sent_[i].token_end());
+      chunk.set_data(region_->data() + sent_[i].offset(),
+                     static_cast<size_t>(sent_[i].length()));
+      chunk.set_xxh3(sent_[i].xxh3());
+      if (static_cast<int>(i) == faults_.corrupt_chunk &&
+          !chunk.data().empty()) {
+        // Undo this stream's test-only corruption: the fallback stream
+        // applies its own to the same chunk.
+        (*chunk.mutable_data())[chunk.data().size() / 2] ^= 0x5a;
+      }
+      if (absl::Status st = (*opened)->Send(std::move(chunk)); !st.ok()) {
+        return st;
+      }
+    }
+    absl::MutexLock lock(&mu_);
+    fallback_ = *std::move(opened);
+    if (cancelled_) fallback_->Cancel();
+    return absl::OkStatus();
+  }
+
+  UcxKvSender* const sender_;
+  const std::string target_;
+  const pb::KvHeader header_;
+  const absl::Time deadline_;
+  const KvFaultInjection faults_;
+  // Held until a successful commit hands it back to the pool (under mu_);
+  // otherwise the destructor returns it for quarantine. Read without the
+  // lock by the driving thread, which alone moves it.
+  std::unique_ptr<UcxRegion> region_;
+  KvPushCall call_;
+  std::vector<pb::KvChunkRef> sent_;  // for a fallback replay
+  int64_t offset_ = 0;
+  int chunks_sent_ = 0;
+  bool stalled_ = false;
+  absl::Mutex mu_;
+  std::unique_ptr<KvPushStream> fallback_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+UcxKvSender::UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker,
+                         KvSender* fallback, Options options)
+    : grpc_(grpc), worker_(worker), fallback_(fallback), options_(options) {
+  reaper_ = std::thread([this] { ReapLoop(); });
+}
+
+UcxKvSender::~UcxKvSender() {
+  std::vector<Pooled> drop;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    drop.swap(pool_);
+  }
+  reaper_.join();
+}
+
+void UcxKvSender::ReapLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
+    const absl::Time now = absl::Now();
+    std::vector<Pooled> drop;
+    for (auto it = pool_.begin(); it != pool_.end();) {
+      if (now - it->since >= options_.pool_idle && now >= it->not_before) {
+        drop.push_back(std::move(*it));
+        it = pool_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!drop.empty()) {
+      mu_.Unlock();
+      drop.clear();  // unregisters outside the lock
+      mu_.Lock();
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
+    int64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    auto best = pool_.end();
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      const int64_t size = it->region->size();
+      if (now >= it->not_before && size >= bytes &&
+          size / 2 <= std::max(bytes, kRegionRound) &&
+          (best == pool_.end() || size < best->region->size())) {
+        best = it;
+      }
+    }
+    if (best != pool_.end()) {
+      std::unique_ptr<UcxRegion> r = std::move(best->region);
+      pool_.erase(best);
+      in_use_.fetch_add(1);
+      return r;
+    }
+  }
+  auto r = worker_->Allocate(bytes);
+  if (r.ok()) in_use_.fetch_add(1);
+  return r;
+}
+
+void UcxKvSender::ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean) {
+  in_use_.fetch_sub(1);
+  std::unique_ptr<UcxRegion> drop;
+  absl::MutexLock lock(&mu_);
+  if (stop_) {
+    drop = std::move(region);
+    mu_.Unlock();
+    drop.reset();  // unregisters outside the lock
+    mu_.Lock();
+    return;
+  }
+  const absl::Time now = absl::Now();
+  pool_.push_back(
+      Pooled{std::move(region), now, clean ? now : now + options_.quarantine});
+  if (static_cast<int>(pool_.size()) > kMaxPooled) {
+    // Drop the oldest region that nobody can still be reading.
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      if (now >= it->not_before) {
+        drop = std::move(it->region);
+        pool_.erase(it);
+        break;
+      }
+    }
+  }
+  if (drop != nullptr) {
+    mu_.Unlock();
+    drop.reset();
+    mu_.Lock();
+  }
+}
+
+int UcxKvSender::pooled_regions() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(pool_.size());
+}
+
+absl::StatusOr<bool> UcxKvSender::UcxUsable(const std::string& target,
+                                            absl::Time deadline) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = probed_.find(target);
+    if (it != probed_.end() &&
+        (it->second.usable || now - it->second.at < kNegativeTtl)) {
+      return it->second.usable;
+    }
+  }
+  auto described = grpc_->Describe(target, deadline);
+  if (!described.ok()) return described.status();  // not cached
+  const bool usable = !described->ucx_worker_address().empty();
+  absl::MutexLock lock(&mu_);
+  probed_[target] = Probed{usable, now};
+  return usable;
+}
+
+void UcxKvSender::Forget(const std::string& target) {
+  absl::MutexLock lock(&mu_);
+  probed_.erase(target);
+}
+
+absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
+    const std::string& target, const pb::KvHeader& header,
+    absl::Time deadline) {
+  auto usable = UcxUsable(target, deadline);
+  if (!usable.ok() || !*usable) {
+    if (fallback_ != nullptr) return fallback_->Open(target, header, deadline);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_transport=ucx: decode worker ", target,
+        " accepts no UCX pushes (started with another --kv_transport, or "
+        "without UCX",
+        usable.ok() ? "" : absl::StrCat("; ", usable.status().ToString()),
+        "); use --kv_transport=auto"));
+  }
+  auto layout = LayoutFromProto(header.layout());
+  if (!layout.ok()) return layout.status();
+  const int64_t bytes = layout->BytesPerTokenPerLayer() * header.num_tokens() *
+                        layout->num_layers;
+  auto region = TakeRegion(bytes);
+  if (!region.ok()) {
+    if (fallback_ == nullptr) return region.status();
+    PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
+                        region.status().ToString());
+    return fallback_->Open(target, header, deadline);
+  }
+  auto stream = std::make_unique<UcxKvPushStream>(this, target, header,
+                                                  deadline, *std::move(region));
+  absl::Status s = stream->Start();
+  if (!s.ok()) return s;
+  return stream;
+}
+
+}  // namespace pdserve::transport
