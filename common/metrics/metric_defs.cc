@@ -81,8 +81,8 @@ constexpr MetricDef kDefs[] = {
      "Achieved bandwidth of one KV push: bytes / push seconds."},
     {"pdserve_kv_pushes_total", kC, "prefill", "transport", "pushes",
      "KV pushes acknowledged by decode workers, by transport: ucx (bytes "
-     "read by the decode worker with UCX from this worker's registered "
-     "memory: RDMA, shared memory or TCP), shm (bytes in a shared-memory "
+     "sent with UCX from this worker's registered memory: RDMA, shared "
+     "memory or TCP), shm (bytes in a shared-memory "
      "segment, same host) or grpc (bytes in the gRPC stream)."},
     {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
      "KV pushes that did not complete, by reason (the lower-case status "
@@ -99,15 +99,15 @@ constexpr MetricDef kDefs[] = {
      "kv_blocks_used / kv_blocks_capacity, 0..1."},
     // UCX KV transport: both worker roles.
     {"pdserve_kv_ucx_endpoints", kG, "prefill|decode", "role", "endpoints",
-     "UCX endpoints open to peer workers (a decode worker keeps one per "
-     "prefill worker it reads from: closed on a UCX endpoint error, when a "
-     "push stream breaks, or after 30 s unused)."},
+     "UCX endpoints open to peer workers (a prefill worker keeps one per "
+     "decode worker it pushes to: closed on a UCX endpoint error, after a "
+     "failed push, or after 30 s unused)."},
     {"pdserve_kv_ucx_registered_bytes", kG, "prefill|decode", "role", "bytes",
      "Memory registered with UCX: a prefill worker's pooled export regions, "
      "a decode worker's landing buffers (registered once, reused)."},
     {"pdserve_kv_ucx_transfers", kG, "prefill|decode", "role", "pushes",
      "KV pushes holding UCX resources now (prefill: an export region; "
-     "decode: a remote key and a landing buffer)."},
+     "decode: a landing buffer)."},
     {"pdserve_kv_ucx_endpoint_errors_total", kC, "prefill|decode", "role",
      "errors",
      "UCX endpoint errors: a peer worker died or became unreachable (the "

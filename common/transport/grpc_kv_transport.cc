@@ -195,7 +195,7 @@ absl::StatusOr<std::unique_ptr<KvChunkSource>> KvTransferService::OpenSource(
     source = OpenShmChunkSource(header.shm(), expected_bytes);
     if (!source.ok()) counters_.shm_unusable.fetch_add(1);
   } else if (header.has_ucx()) {
-    source = ucx_ != nullptr ? ucx_->Open(header.ucx(), expected_bytes)
+    source = ucx_ != nullptr ? ucx_->Open(header.ucx())
                              : absl::FailedPreconditionError(
                                    "this decode worker accepts no UCX pushes");
     if (!source.ok()) counters_.ucx_unusable.fetch_add(1);
@@ -215,6 +215,11 @@ grpc::Status KvTransferService::Push(
         absl::InvalidArgumentError("KV push must start with a header"));
   }
   const pb::KvHeader& header = msg.header();
+  // A UCX push refused before it has a source: P may already have sent
+  // chunks (UCX cannot cancel its sends), they are discarded here.
+  auto abandon = [&] {
+    if (header.has_ucx() && ucx_ != nullptr) ucx_->Abandon(header.ucx());
+  };
   absl::Status s = CheckHeaderCompatible(header, factory_->fingerprint(),
                                          factory_->layout());
   if (!s.ok()) {
@@ -222,6 +227,7 @@ grpc::Status KvTransferService::Push(
     PDSERVE_LOG_WARNING("refusing KV push %s: %s", header.request_id(),
                         s.ToString());
     factory_->Refused(header, s);
+    abandon();
     return ToGrpcStatus(s);
   }
   KvCoverage coverage(factory_->layout(), header.num_tokens());
@@ -235,11 +241,13 @@ grpc::Status KvTransferService::Push(
                         source.status().ToString());
     if (unusable)
       context->AddTrailingMetadata(kTransportUnusableMetadataKey, "1");
+    abandon();
     return ToGrpcStatus(source.status());
   }
   auto sink = factory_->Begin(header, [context] { context->TryCancel(); });
   if (!sink.ok()) {
     counters_.refused.fetch_add(1);
+    if (*source != nullptr) (*source)->Failed(sink.status());
     return ToGrpcStatus(sink.status());
   }
   counters_.pushes.fetch_add(1);

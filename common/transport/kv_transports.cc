@@ -37,9 +37,9 @@ UcxStats StatsOf(const UcxWorker* worker, int64_t transfers) {
   if (worker == nullptr) return s;
   const UcxCounters& c = worker->counters();
   s.endpoints = c.endpoints.load();
-  s.remote_keys = c.remote_keys.load();
   s.registered_bytes = c.registered_bytes.load();
   s.endpoint_errors = c.endpoint_errors.load();
+  s.operations = c.ops_in_flight.load() - c.ops_abandoned.load();
   s.transfers = transfers;
   return s;
 }
@@ -50,8 +50,8 @@ void FillUcxStatus(const UcxStats& stats, pb::WorkerStatusResponse* r) {
   r->set_kv_ucx_endpoints(stats.endpoints);
   r->set_kv_ucx_transfers(stats.transfers);
   r->set_kv_ucx_registered_bytes(stats.registered_bytes);
-  r->set_kv_ucx_remote_keys(stats.remote_keys);
   r->set_kv_ucx_endpoint_errors(stats.endpoint_errors);
+  r->set_kv_ucx_operations(stats.operations);
 }
 
 UcxStats KvSendTransports::ucx_stats() const {

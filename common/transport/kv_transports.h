@@ -25,9 +25,9 @@ namespace pdserve::transport {
 // What a worker's UCX transport holds now (zeros without UCX).
 struct UcxStats {
   int64_t endpoints = 0;
-  int64_t remote_keys = 0;
   int64_t registered_bytes = 0;
   int64_t transfers = 0;        // pushes holding a region / landing buffer
+  int64_t operations = 0;       // sends / receives in flight
   int64_t endpoint_errors = 0;  // cumulative
 };
 

@@ -1,7 +1,6 @@
 #include "common/transport/ucx_kv_receiver.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +26,11 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxLandingPool::Take() {
   return r;
 }
 
+void UcxLandingPool::Forget() {
+  absl::MutexLock lock(&mu_);
+  --in_use_;
+}
+
 void UcxLandingPool::Return(std::unique_ptr<UcxRegion> buffer) {
   std::unique_ptr<UcxRegion> drop;
   {
@@ -47,61 +51,63 @@ int UcxLandingPool::in_use() const {
 
 namespace {
 
-// One push's chunks, read from P's region into one landing buffer.
+// One push's chunks, each received into one landing buffer.
 class UcxChunkSource : public KvChunkSource {
  public:
-  UcxChunkSource(UcxWorker* worker, UcxLandingPool* pool,
-                 std::unique_ptr<UcxRemoteRegion> remote,
-                 std::unique_ptr<UcxRegion> landing)
-      : worker_(worker),
+  UcxChunkSource(UcxKvReceiver* receiver, UcxLandingPool* pool,
+                 pb::KvUcxSource source, std::unique_ptr<UcxRegion> landing)
+      : receiver_(receiver),
         pool_(pool),
-        remote_(std::move(remote)),
+        source_(std::move(source)),
         landing_(std::move(landing)) {}
 
   ~UcxChunkSource() override {
-    // No get is in flight (Fetch waits for its get): the key and the
-    // endpoint reference go first, then the landing buffer is reusable.
-    remote_.reset();
-    pool_->Return(std::move(landing_));
+    if (reusable_) {
+      pool_->Return(std::move(landing_));
+    } else {
+      // UCX may still write into it (a receive it did not end): leave it
+      // registered and mapped rather than let another push reuse it.
+      PDSERVE_LOG_WARNING("UCX landing buffer of %lld bytes left behind",
+                          static_cast<long long>(landing_->size()));
+      pool_->Forget();
+      (void)landing_.release();
+    }
   }
 
   absl::StatusOr<KvChunkView> Fetch(
       const pb::KvChunkRef& ref,
       const std::function<bool()>& cancelled) override {
-    if (ref.offset() < 0 || ref.length() < 0 ||
-        ref.offset() > remote_->size() ||
-        ref.length() > remote_->size() - ref.offset()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "KV chunk: bytes [", ref.offset(), ", +", ref.length(),
-          ") outside the UCX export region of ", remote_->size(), " bytes"));
+    if ((ref.ucx_tag() & ~UcxKvReceiver::kChunkMask) != source_.tag_prefix()) {
+      return absl::InvalidArgumentError("KV chunk: UCX tag of another push");
     }
-    if (ref.length() > landing_->size()) {
+    if (ref.length() < 0 || ref.length() > landing_->size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "KV chunk of ", ref.length(),
           " bytes exceeds the UCX landing buffer of ", landing_->size()));
     }
-    absl::Status s = worker_->Get(*remote_, ref.offset(), *landing_, 0,
-                                  ref.length(), cancelled);
-    if (!s.ok()) return s;
+    auto n = receiver_->worker()->Receive(*landing_, 0, ref.length(),
+                                          ref.ucx_tag(), cancelled);
+    if (absl::IsAborted(n.status())) reusable_ = false;
+    if (!n.ok()) return n.status();
+    if (*n != ref.length()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV chunk: UCX message of ", *n, " bytes, the ",
+                       "reference says ", ref.length()));
+    }
     return KvChunkView{
         ref.layer(), ref.token_begin(), ref.token_end(),
         absl::string_view(landing_->data(), static_cast<size_t>(ref.length())),
         ref.xxh3()};
   }
 
-  void Failed(const absl::Status& status) override {
-    // P may be gone (a dead P looks like a cancelled stream here): close the
-    // endpoint when no other push uses it rather than when it has been idle
-    // for a while, so nothing of a dead peer stays here. A live P gets a
-    // new endpoint with its next push.
-    worker_->CloseWhenUnused(*remote_);
-  }
+  void Failed(const absl::Status&) override { receiver_->Abandon(source_); }
 
  private:
-  UcxWorker* const worker_;
+  UcxKvReceiver* const receiver_;
   UcxLandingPool* const pool_;
-  std::unique_ptr<UcxRemoteRegion> remote_;
+  const pb::KvUcxSource source_;
   std::unique_ptr<UcxRegion> landing_;
+  bool reusable_ = true;
 };
 
 }  // namespace
@@ -117,29 +123,23 @@ void UcxKvReceiver::Describe(pb::KvDescribeResponse* response) const {
 }
 
 absl::StatusOr<std::unique_ptr<KvChunkSource>> UcxKvReceiver::Open(
-    const pb::KvUcxSource& source, int64_t expected_bytes) {
-  if (source.size() < expected_bytes || source.worker_address().empty() ||
-      source.rkey().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV header: UCX export region of ", source.size(),
-                     " bytes (the push needs ", expected_bytes,
-                     ") or no worker address / remote key"));
+    const pb::KvUcxSource& source) {
+  if (source.tag_prefix() == 0 || (source.tag_prefix() & kChunkMask) != 0) {
+    return absl::InvalidArgumentError("KV header: malformed UCX tag prefix");
   }
   auto type = ParseUcxMemoryType(source.memory_type());
   if (!type.ok()) return type.status();
-  // Same host: UCX may use its shared-memory transports, which in UCX 1.13
-  // do not support peer-failure detection (asking for it would leave only
-  // TCP); the push stream notices a dead P there.
-  const bool same_host = !source.host_id().empty() &&
-                         source.host_id() == UcxHostId() &&
-                         UcxTlsAllowsSharedMemory(worker_->transports());
-  auto remote = worker_->Attach(source.worker_address(), !same_host,
-                                source.rkey(), source.address(), source.size());
-  if (!remote.ok()) return remote.status();
   auto landing = landing_.Take();
   if (!landing.ok()) return landing.status();
-  return std::make_unique<UcxChunkSource>(
-      worker_, &landing_, *std::move(remote), *std::move(landing));
+  return std::make_unique<UcxChunkSource>(this, &landing_, source,
+                                          *std::move(landing));
+}
+
+void UcxKvReceiver::Abandon(const pb::KvUcxSource& source) {
+  if (source.tag_prefix() == 0 || (source.tag_prefix() & kChunkMask) != 0) {
+    return;
+  }
+  worker_->DrainLater(source.tag_prefix(), ~kChunkMask, kDrainFor);
 }
 
 }  // namespace pdserve::transport

@@ -1,10 +1,12 @@
 // The decode worker's side of the UCX KV transport: for a push whose header
-// names P's UCX export region (pb::KvUcxSource), UcxKvReceiver connects to
-// P's worker (endpoint cached per peer by UcxWorker) and returns a
-// KvChunkSource that reads each referenced chunk with a one-sided get into a
-// landing buffer registered once and reused (UcxLandingPool). The bytes are
-// then verified and imported by KvTransferService exactly like inline gRPC
-// chunks. Thread-safe; a source is driven by one push's handler thread.
+// names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
+// KvChunkSource that receives each referenced chunk's tagged message (sent
+// by P from its registered export region) into a landing buffer registered
+// once and reused (UcxLandingPool). The bytes are then verified and imported
+// by KvTransferService exactly like inline gRPC chunks. What P sent for a
+// push that failed here is received and discarded for a while (UCX cannot
+// cancel P's sends). Thread-safe; a source is driven by one push's handler
+// thread.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 
@@ -15,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "common/transport/kv_transport.h"
 #include "common/transport/ucx_worker.h"
 
@@ -30,6 +33,8 @@ class UcxLandingPool {
   int64_t buffer_bytes() const { return buffer_bytes_; }
   absl::StatusOr<std::unique_ptr<UcxRegion>> Take();
   void Return(std::unique_ptr<UcxRegion> buffer);
+  // A taken buffer that will not come back.
+  void Forget();
   int in_use() const;
 
  private:
@@ -50,11 +55,18 @@ class UcxKvReceiver {
   // What Describe advertises: the worker address, host id, transports.
   void Describe(pb::KvDescribeResponse* response) const;
 
-  // Attaches P's region for a push of `expected_bytes`. INVALID_ARGUMENT
-  // for a malformed source; UNAVAILABLE / UNIMPLEMENTED when this process
-  // cannot read it with UCX (nothing reached a sink: P may fall back).
+  // The chunks of a push; INVALID_ARGUMENT for a malformed source.
   absl::StatusOr<std::unique_ptr<KvChunkSource>> Open(
-      const pb::KvUcxSource& source, int64_t expected_bytes);
+      const pb::KvUcxSource& source);
+  // A push refused or failed before (or without) a source: P's messages
+  // for it are received and discarded for kDrainFor.
+  void Abandon(const pb::KvUcxSource& source);
+
+  // Tags: the push's prefix | the chunk's index (low kChunkBits bits).
+  static constexpr int kChunkBits = 24;
+  static constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
+  // How long P's messages of a failed push are discarded.
+  static constexpr absl::Duration kDrainFor = absl::Seconds(120);
 
   UcxWorker* worker() const { return worker_; }
   // Pushes holding a landing buffer now.

@@ -1,36 +1,76 @@
 #include "common/transport/ucx_kv_sender.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/kv_wire.h"
+#include "common/transport/ucx_kv_receiver.h"
 #include "common/util/logging.h"
 
 namespace pdserve::transport {
 namespace {
 
+// A random tag prefix: the low kChunkBits bits are the chunk index.
+uint64_t RandomTagPrefix() {
+  uint64_t v = 0;
+  while ((v & ~UcxKvReceiver::kChunkMask) == 0) {
+    if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
+  }
+  return v & ~UcxKvReceiver::kChunkMask;
+}
+
 // One push through a UCX export region. Send/Commit run on one thread;
-// Cancel may come from any thread. Until D has attached the region nothing
-// reaches a sink, so a refusal (D cannot reach this worker, auto mode)
-// replays the chunks written so far from the region into a push opened on
-// the fallback sender, which then carries the rest.
+// Cancel may come from any thread. Each chunk is copied into the region,
+// announced on the push stream (KvChunkRef with its tag), then sent as a
+// tagged message that D receives into its landing buffer; at most
+// kMaxInFlight sends are outstanding. Until D has the header nothing reaches
+// a sink, so a refusal (auto mode) replays the chunks written so far from
+// the region into a push opened on the fallback sender.
 class UcxKvPushStream : public KvPushStream {
  public:
+  static constexpr int kMaxInFlight = 4;
+  // How long a failed push waits for its sends (D discards what it no
+  // longer wants) before closing the endpoint: the peer is then gone.
+  static constexpr absl::Duration kSendGrace = absl::Seconds(5);
+
   UcxKvPushStream(UcxKvSender* sender, std::string target, pb::KvHeader header,
-                  absl::Time deadline, std::unique_ptr<UcxRegion> region)
+                  absl::Time deadline, std::unique_ptr<UcxRegion> region,
+                  std::unique_ptr<UcxConnection> connection)
       : sender_(sender),
         target_(std::move(target)),
         header_(std::move(header)),
         deadline_(deadline),
         faults_(sender->grpc()->faults()),
+        tag_prefix_(RandomTagPrefix()),
         region_(std::move(region)),
+        connection_(std::move(connection)),
         call_(sender->grpc()->ChannelFor(target_), deadline) {}
 
   ~UcxKvPushStream() override {
+    // A push that did not commit and was not cancelled here: D may be gone.
+    if (!committed_ && !Cancelled()) connection_->CloseWhenUnused();
+    if (!SendsDone(kSendGrace)) {
+      PDSERVE_LOG_WARNING(
+          "KV push %s: %d UCX sends to %s still pending after %s; closing "
+          "the endpoint (decode worker gone?)",
+          header_.request_id(), static_cast<int>(sends_.size()), target_,
+          absl::FormatDuration(kSendGrace));
+      sender_->worker()->Close(*connection_);
+      if (!SendsDone(absl::Seconds(2))) {
+        // UCX 1.13 does not end a rendezvous with a dead peer over shared
+        // memory even on a closed endpoint; nobody reads the region now.
+        for (UcxSendOp& op : sends_) op.Abandon();
+        sends_.clear();
+      }
+    }
+    connection_.reset();
     if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), false);
   }
 
@@ -38,13 +78,10 @@ class UcxKvPushStream : public KvPushStream {
     pb::KvPushMessage msg;
     *msg.mutable_header() = header_;
     pb::KvUcxSource* src = msg.mutable_header()->mutable_ucx();
-    src->set_worker_address(sender_->worker()->address());
-    src->set_address(reinterpret_cast<uint64_t>(region_->data()));
-    src->set_size(region_->size());
-    src->set_rkey(region_->packed_rkey());
+    src->set_tag_prefix(tag_prefix_);
     src->set_memory_type(
         std::string(UcxMemoryTypeName(region_->memory_type())));
-    src->set_host_id(UcxHostId());
+    src->set_worker_address(sender_->worker()->address());
     return Check(call_.Write(msg));
   }
 
@@ -56,10 +93,12 @@ class UcxKvPushStream : public KvPushStream {
       return absl::OkStatus();
     }
     const int64_t n = static_cast<int64_t>(chunk.data().size());
-    if (n > region_->size() - offset_) {
+    if (n > region_->size() - offset_ ||
+        index > static_cast<int>(UcxKvReceiver::kChunkMask)) {
       return Check(absl::InternalError(absl::StrCat(
           "KV chunk of ", n, " bytes overflows the UCX export region (",
-          offset_, " of ", region_->size(), " bytes used)")));
+          offset_, " of ", region_->size(), " bytes used, ", index,
+          " chunks)")));
     }
     char* dst = region_->data() + offset_;
     std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
@@ -71,11 +110,34 @@ class UcxKvPushStream : public KvPushStream {
     ref.set_offset(offset_);
     ref.set_length(n);
     ref.set_xxh3(chunk.xxh3());
-    offset_ += n;
+    ref.set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
     sent_.push_back(ref);
     pb::KvPushMessage msg;
-    *msg.mutable_chunk_ref() = std::move(ref);
-    return Check(call_.Write(msg));
+    *msg.mutable_chunk_ref() = ref;
+    // The reference first: D learns of every message P sent as long as the
+    // stream lives (and discards the rest once it failed).
+    if (absl::Status s = Check(call_.Write(msg)); !s.ok() || fallback()) {
+      return s;
+    }
+    auto op = sender_->worker()->Send(*connection_, *region_, offset_, n,
+                                      ref.ucx_tag());
+    offset_ += n;
+    if (!op.ok()) return Check(op.status());
+    sends_.push_back(*std::move(op));
+    // Bound the sends in flight (D receives them in order).
+    while (static_cast<int>(sends_.size()) > kMaxInFlight) {
+      if (!sends_.front().Wait(absl::Milliseconds(100))) {
+        if (Cancelled() || absl::Now() > deadline_) {
+          return Check(absl::DeadlineExceededError(
+              "UCX send not received by the decode worker"));
+        }
+        continue;
+      }
+      absl::Status s = sends_.front().status();
+      sends_.pop_front();
+      if (!s.ok()) return Check(s);
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
@@ -89,9 +151,11 @@ class UcxKvPushStream : public KvPushStream {
       if (!s.ok()) return s;
       return fallback()->Commit(commit);  // refused: went to the fallback
     }
-    // D has read every chunk before acknowledging: reusable at once.
+    // D acknowledged after receiving every message: the sends are done
+    // (their completions may trail a moment).
+    committed_ = true;
     std::unique_ptr<UcxRegion> done;
-    {
+    if (SendsDone(absl::Seconds(10))) {
       absl::MutexLock lock(&mu_);
       if (!cancelled_) done = std::move(region_);
     }
@@ -111,10 +175,25 @@ class UcxKvPushStream : public KvPushStream {
     absl::MutexLock lock(&mu_);
     return fallback_.get();
   }
+  bool Cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
 
-  // OK passes. A push D refused because it cannot use UCX with this worker
-  // moves to the fallback sender when there is one (OK when that worked);
-  // any other error fails the push and forgets the target's answer.
+  // Waits up to `timeout` for every outstanding send; true when none is
+  // left.
+  bool SendsDone(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!sends_.empty()) {
+      if (!sends_.front().Wait(deadline - absl::Now())) return false;
+      sends_.pop_front();
+    }
+    return true;
+  }
+
+  // OK passes. A push D refused because it cannot take it over UCX moves to
+  // the fallback sender when there is one (OK when that worked); any other
+  // error fails the push and forgets the target's answer.
   absl::Status Check(absl::Status s) {
     if (s.ok()) return s;
     if (!absl::IsCancelled(s)) sender_->Forget(target_);  // ask D again
@@ -123,8 +202,7 @@ class UcxKvPushStream : public KvPushStream {
       return s;
     }
     PDSERVE_LOG_WARNING(
-        "KV push %s: %s cannot read this worker's memory with UCX (%s); "
-        "pushing it another way",
+        "KV push %s: %s cannot take it over UCX (%s); pushing it another way",
         header_.request_id(), target_, s.ToString());
     auto opened = sender_->fallback()->Open(target_, header_, deadline_);
     if (!opened.ok()) return opened.status();
@@ -157,15 +235,19 @@ class UcxKvPushStream : public KvPushStream {
   const pb::KvHeader header_;
   const absl::Time deadline_;
   const KvFaultInjection faults_;
+  const uint64_t tag_prefix_;
   // Held until a successful commit hands it back to the pool (under mu_);
   // otherwise the destructor returns it for quarantine. Read without the
   // lock by the driving thread, which alone moves it.
   std::unique_ptr<UcxRegion> region_;
+  std::unique_ptr<UcxConnection> connection_;
   KvPushCall call_;
+  std::deque<UcxSendOp> sends_;       // outstanding, oldest first
   std::vector<pb::KvChunkRef> sent_;  // for a fallback replay
   int64_t offset_ = 0;
   int chunks_sent_ = 0;
   bool stalled_ = false;
+  bool committed_ = false;
   absl::Mutex mu_;
   std::unique_ptr<KvPushStream> fallback_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -273,42 +355,66 @@ int UcxKvSender::pooled_regions() {
   return static_cast<int>(pool_.size());
 }
 
-absl::StatusOr<bool> UcxKvSender::UcxUsable(const std::string& target,
-                                            absl::Time deadline) {
+absl::StatusOr<UcxKvSender::Peer> UcxKvSender::PeerOf(const std::string& target,
+                                                      absl::Time deadline) {
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    auto it = probed_.find(target);
-    if (it != probed_.end() &&
+    auto it = peers_.find(target);
+    if (it != peers_.end() &&
         (it->second.usable || now - it->second.at < kNegativeTtl)) {
-      return it->second.usable;
+      return it->second;
     }
   }
   auto described = grpc_->Describe(target, deadline);
   if (!described.ok()) return described.status();  // not cached
-  const bool usable = !described->ucx_worker_address().empty();
+  Peer peer;
+  peer.at = now;
+  peer.usable = !described->ucx_worker_address().empty();
+  peer.address = described->ucx_worker_address();
+  // Same host with shared memory allowed on both sides: no peer-failure
+  // detection, which in UCX 1.13 would leave only TCP (the push stream
+  // notices a dead decode worker there).
+  peer.peer_errors = !(described->ucx_host_id() == UcxHostId() &&
+                       UcxTlsAllowsSharedMemory(worker_->transports()) &&
+                       UcxTlsAllowsSharedMemory(described->ucx_transports()));
   absl::MutexLock lock(&mu_);
-  probed_[target] = Probed{usable, now};
-  return usable;
+  peers_[target] = peer;
+  return peer;
+}
+
+absl::StatusOr<bool> UcxKvSender::UcxUsable(const std::string& target,
+                                            absl::Time deadline) {
+  auto peer = PeerOf(target, deadline);
+  if (!peer.ok()) return peer.status();
+  return peer->usable;
 }
 
 void UcxKvSender::Forget(const std::string& target) {
   absl::MutexLock lock(&mu_);
-  probed_.erase(target);
+  peers_.erase(target);
 }
 
 absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
     const std::string& target, const pb::KvHeader& header,
     absl::Time deadline) {
-  auto usable = UcxUsable(target, deadline);
-  if (!usable.ok() || !*usable) {
+  auto peer = PeerOf(target, deadline);
+  if (!peer.ok() || !peer->usable) {
     if (fallback_ != nullptr) return fallback_->Open(target, header, deadline);
     return absl::FailedPreconditionError(absl::StrCat(
         "--kv_transport=ucx: decode worker ", target,
         " accepts no UCX pushes (started with another --kv_transport, or "
         "without UCX",
-        usable.ok() ? "" : absl::StrCat("; ", usable.status().ToString()),
+        peer.ok() ? "" : absl::StrCat("; ", peer.status().ToString()),
         "); use --kv_transport=auto"));
+  }
+  auto connection = worker_->Connect(peer->address, peer->peer_errors);
+  if (!connection.ok()) {
+    Forget(target);
+    if (fallback_ == nullptr) return connection.status();
+    PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
+                        connection.status().ToString());
+    return fallback_->Open(target, header, deadline);
   }
   auto layout = LayoutFromProto(header.layout());
   if (!layout.ok()) return layout.status();
@@ -322,7 +428,8 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
     return fallback_->Open(target, header, deadline);
   }
   auto stream = std::make_unique<UcxKvPushStream>(this, target, header,
-                                                  deadline, *std::move(region));
+                                                  deadline, *std::move(region),
+                                                  *std::move(connection));
   absl::Status s = stream->Start();
   if (!s.ok()) return s;
   return stream;

@@ -1,17 +1,21 @@
 // The prefill worker's side of the UCX KV transport. A push takes an export
 // region (host memory registered with UCX once and pooled, at least the whole
-// prompt's KV), writes each sealed chunk into it as its layer finishes and
-// sends only the header (P's worker address, the region's address and remote
-// key), per-chunk references (layer, tokens, offset, length, XXH3) and the
-// commit over the KvTransfer.Push call; the decode worker reads the bytes
-// with one-sided UCX gets (ucx_kv_receiver.h). The region returns to the
-// pool after D's acknowledgement (D has read everything by then); a failed
-// or cancelled push's region is reused only after a quarantine, when D can
-// no longer be reading it. UcxKvSender picks UCX per decode worker (its
-// Describe names a UCX worker); otherwise, or when D cannot reach this
-// worker (nothing reached a sink yet), the push goes to `fallback` (auto
-// mode) or fails (--kv_transport=ucx). Thread-safe; streams follow
-// KvPushStream's rules.
+// prompt's KV), writes each sealed chunk into it as its layer finishes,
+// announces it on the KvTransfer.Push call (KvChunkRef: layer, tokens,
+// length, XXH3, tag) and sends it from the region as a tagged UCX message to
+// the decode worker's UCX worker (address from its Describe; one endpoint
+// per decode worker, cached), which receives it into a landing buffer
+// (ucx_kv_receiver.h). Tagged rendezvous is what UCX 1.13 moves with one CMA
+// copy over shared memory and RDMA reads between hosts (its one-sided get
+// and put over shared memory go through active-message copies: see
+// DESIGN.md). The region returns to the pool after D's acknowledgement; a
+// failed push's region after its sends ended (D discards what it no longer
+// wants; if they do not end, the decode worker is presumed gone and the
+// endpoint is closed) and a quarantine. UcxKvSender picks UCX per decode
+// worker (its Describe names a UCX worker); otherwise, or when D refuses the
+// push before any sink exists, the push goes to `fallback` (auto mode) or
+// fails (--kv_transport=ucx). Thread-safe; streams follow KvPushStream's
+// rules.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 
@@ -57,6 +61,15 @@ class UcxKvSender : public KvSender {
   // errors: the Describe call failed).
   absl::StatusOr<bool> UcxUsable(const std::string& target,
                                  absl::Time deadline);
+  // What `target`'s Describe said (cached; a negative answer for
+  // kNegativeTtl).
+  struct Peer {
+    bool usable = false;
+    std::string address;       // D's UCX worker
+    bool peer_errors = false;  // UCX detects a dead D (not on one host)
+    absl::Time at;
+  };
+  absl::StatusOr<Peer> PeerOf(const std::string& target, absl::Time deadline);
   // Drops the cached answer for `target` (after a failed push).
   void Forget(const std::string& target);
 
@@ -77,10 +90,6 @@ class UcxKvSender : public KvSender {
 
  private:
   static constexpr absl::Duration kNegativeTtl = absl::Seconds(60);
-  struct Probed {
-    bool usable = false;
-    absl::Time at;
-  };
   struct Pooled {
     std::unique_ptr<UcxRegion> region;
     absl::Time since;       // returned
@@ -94,7 +103,7 @@ class UcxKvSender : public KvSender {
   const Options options_;
   std::atomic<int> in_use_{0};
   absl::Mutex mu_;
-  std::map<std::string, Probed> probed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<Pooled> pool_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;  // unregisters regions idle for pool_idle

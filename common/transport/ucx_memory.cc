@@ -79,12 +79,6 @@ absl::Status UcxWorker::MapRegion(UcxRegion& region) {
   region.memh_ = memh;
   counters_.registrations.fetch_add(1);
   counters_.registered_bytes.fetch_add(region.size_);
-  void* rkey = nullptr;
-  size_t rkey_len = 0;
-  st = ucp_rkey_pack(context, memh, &rkey, &rkey_len);
-  if (st != UCS_OK) return UcxError("packing a remote key", st);
-  region.rkey_.assign(static_cast<const char*>(rkey), rkey_len);
-  ucp_rkey_buffer_release(rkey);
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/transport/ucx_worker_internal.h"
 #include "common/util/logging.h"
 
 namespace pdserve::transport {
@@ -71,41 +72,7 @@ absl::Status UcxError(absl::string_view what, int ucs_status) {
   }
 }
 
-// One endpoint to a peer worker, shared by the transfers with that peer.
-// The bookkeeping fields belong to the progress thread; `ep` is read by
-// threads posting gets and cleared by the progress thread, both under `mu`
-// (a get is never posted on a closed endpoint).
-struct UcxEndpointState {
-  UcxWorker* worker = nullptr;
-  std::string key;  // endpoints_ key
-  absl::Mutex mu;
-  ucp_ep_h ep ABSL_GUARDED_BY(mu) = nullptr;  // null once closed
-  bool failed = false;
-  int users = 0;  // live UcxRemoteRegions
-  absl::Time idle_since = absl::InfiniteFuture();
-};
-
-namespace {
-
-// One get in flight; its poster waits for it (closing the endpoint
-// completes it), so the poster's reference keeps it alive.
-struct GetOp {
-  UcxWorker* worker = nullptr;
-  std::atomic<int>* in_flight = nullptr;
-  absl::Mutex mu;
-  bool done ABSL_GUARDED_BY(mu) = false;
-  ucs_status_t status ABSL_GUARDED_BY(mu) = UCS_OK;
-  void Finish(ucs_status_t s) {
-    absl::MutexLock lock(&mu);
-    done = true;
-    status = s;
-  }
-};
-
-}  // namespace
-
-// UCX's C callbacks; they run on the progress thread, inside
-// ucp_worker_progress.
+// UCX's endpoint-error callback; it runs inside ucp_worker_progress.
 struct UcxCallbacks {
   static void EndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
     auto* state = static_cast<UcxEndpointState*>(arg);
@@ -113,24 +80,22 @@ struct UcxCallbacks {
     w->counters_.endpoint_errors.fetch_add(1);
     PDSERVE_LOG_WARNING("UCX endpoint error (peer gone?): %s",
                         ucs_status_string(status));
-    state->failed = true;
-    // Closed once progress returns, not from inside the callback; new
-    // transfers to that peer connect afresh.
-    auto it = w->endpoints_.find(state->key);
-    if (it != w->endpoints_.end() && it->second.get() == state) {
-      w->failed_.push_back(it->second);
-      w->endpoints_.erase(it);
-    }
-  }
-  static void GetDone(void* request, ucs_status_t status, void* user_data) {
-    auto* op = static_cast<GetOp*>(user_data);
-    ucp_request_free(request);
-    op->in_flight->fetch_sub(1);
-    op->Finish(status);
+    // Closed after this progress call, not from inside the callback; new
+    // transfers to that peer connect afresh. The progress thread is the
+    // only one touching endpoints_ (errors reported while another thread
+    // progresses are closed via the queue).
+    w->Post([w, state = state->shared_from_this()] {
+      state->failed = true;
+      auto it = w->endpoints_.find(state->key);
+      if (it != w->endpoints_.end() && it->second == state) {
+        w->failed_.push_back(it->second);
+        w->endpoints_.erase(it);
+      }
+    });
   }
 };
 
-UcxRemoteRegion::~UcxRemoteRegion() { worker_->Release(*this); }
+UcxConnection::~UcxConnection() { worker_->Release(*this); }
 
 absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
   std::unique_ptr<UcxWorker> w(new UcxWorker());
@@ -161,7 +126,7 @@ absl::Status UcxWorker::Init() {
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 1;  // registrations from any thread
   params.name = "pdserve-kv";
   ucp_context_h context = nullptr;
@@ -268,7 +233,7 @@ void UcxWorker::Run() {
     if (stopping && work.empty()) break;
     while (ucp_worker_progress(worker) != 0) {
     }
-    for (auto& ep : failed_) CloseEndpoint(*ep, /*force=*/true);
+    for (auto& ep : failed_) CloseEndpoint(*ep);
     failed_.clear();
     for (auto it = closing_.begin(); it != closing_.end();) {
       if (ucp_request_check_status(*it) == UCS_INPROGRESS) {
@@ -278,6 +243,7 @@ void UcxWorker::Run() {
         it = closing_.erase(it);
       }
     }
+    if (!drains_.empty()) ProcessDrains();
     if (absl::Now() - last_reap_ >= absl::Seconds(1)) ReapIdleEndpoints();
     {
       absl::MutexLock lock(&mu_);
@@ -287,14 +253,19 @@ void UcxWorker::Run() {
     epoll_event events[2];
     // While operations are in flight, wake up at least every millisecond
     // (a transport may need progress without an event).
-    const bool busy = gets_in_flight_.load() > 0 || !closing_.empty();
-    (void)epoll_wait(epoll_fd_, events, 2, busy ? 1 : 1000);
+    const bool busy =
+        counters_.ops_in_flight.load() > counters_.ops_abandoned.load() ||
+        !closing_.empty();
+    (void)epoll_wait(epoll_fd_, events, 2,
+                     busy ? 1 : (drains_.empty() ? 1000 : 50));
     uint64_t n;
     (void)!read(wake_fd_, &n, sizeof(n));
   }
-  // Shutdown: close every endpoint, finish the closes, release UCX.
+  // Shutdown: close every endpoint, finish the closes, release UCX (the
+  // drain buffer only once nothing lands in it).
+  drains_.clear();
   for (auto& [key, ep] : endpoints_) {
-    CloseEndpoint(*ep, /*force=*/true);
+    CloseEndpoint(*ep);
   }
   endpoints_.clear();
   const absl::Time deadline = absl::Now() + absl::Seconds(2);
@@ -309,13 +280,28 @@ void UcxWorker::Run() {
       }
     }
   }
+  while ((drains_in_flight_.load() > 0 || counters_.ops_in_flight.load() > 0) &&
+         absl::Now() < deadline) {
+    ucp_worker_progress(worker);
+  }
+  if (drains_in_flight_.load() > 0 || counters_.ops_in_flight.load() > 0) {
+    // UCX aborts the process when a worker goes with operations on its
+    // memory (a rendezvous with a peer that never answered): leave it all
+    // to the process's exit.
+    PDSERVE_LOG_WARNING(
+        "UCX worker stopped with %lld operations in flight; not released",
+        static_cast<long long>(counters_.ops_in_flight.load() +
+                               drains_in_flight_.load()));
+    (void)drain_buffer_.release();
+    return;
+  }
+  drain_buffer_.reset();
   ucp_worker_destroy(worker);
   ucp_cleanup(static_cast<ucp_context_h>(context_));
 }
 
-absl::StatusOr<std::unique_ptr<UcxRemoteRegion>> UcxWorker::Attach(
-    const std::string& peer_address, bool peer_errors,
-    const std::string& packed_rkey, uint64_t address, int64_t size) {
+absl::StatusOr<std::unique_ptr<UcxConnection>> UcxWorker::Connect(
+    const std::string& peer_address, bool peer_errors) {
   // UCX aborts the process on an address it cannot parse: refuse one whose
   // header (the low 4 bits of its first byte: the address format version)
   // differs from this worker's own.
@@ -324,7 +310,7 @@ absl::StatusOr<std::unique_ptr<UcxRemoteRegion>> UcxWorker::Attach(
     return absl::InvalidArgumentError(
         "not a UCX worker address of this UCX's format");
   }
-  absl::StatusOr<std::unique_ptr<UcxRemoteRegion>> out =
+  absl::StatusOr<std::unique_ptr<UcxConnection>> out =
       absl::InternalError("unset");
   Call([&] {
     const std::string key =
@@ -360,71 +346,48 @@ absl::StatusOr<std::unique_ptr<UcxRemoteRegion>> UcxWorker::Attach(
       counters_.endpoints.fetch_add(1);
       state = std::move(fresh);
     }
-    std::unique_ptr<UcxRemoteRegion> remote(
-        new UcxRemoteRegion(this, state, address, size));
-    ucp_rkey_h rkey = nullptr;
-    ucs_status_t st;
-    {
-      absl::MutexLock lock(&state->mu);
-      st = ucp_ep_rkey_unpack(state->ep, packed_rkey.data(), &rkey);
-    }
-    if (st != UCS_OK) {
-      state->idle_since = state->users == 0 ? absl::Now() : state->idle_since;
-      remote->ep_ = nullptr;
-      out = UcxError("unpacking the peer's remote key", st);
-      return;
-    }
-    remote->rkey_ = rkey;
-    counters_.remote_keys.fetch_add(1);
     ++state->users;
     state->idle_since = absl::InfiniteFuture();
-    out = std::move(remote);
+    out = std::unique_ptr<UcxConnection>(new UcxConnection(this, state));
   });
   return out;
 }
 
-void UcxWorker::Release(UcxRemoteRegion& remote) {
-  if (remote.ep_ == nullptr) return;
+void UcxWorker::Release(UcxConnection& connection) {
   Call([&] {
-    if (remote.rkey_ != nullptr) {
-      ucp_rkey_destroy(static_cast<ucp_rkey_h>(remote.rkey_));
-      counters_.remote_keys.fetch_sub(1);
-    }
-    UcxEndpointState& ep = *remote.ep_;
+    UcxEndpointState& ep = *connection.ep_;
     if (--ep.users == 0) ep.idle_since = absl::Now();
-    if (remote.poisoned_ || ep.failed ||
-        (remote.close_when_unused_ && ep.users == 0)) {
+    if (ep.failed || (connection.close_when_unused_ && ep.users == 0)) {
       auto it = endpoints_.find(ep.key);
       if (it != endpoints_.end() && it->second.get() == &ep) {
         endpoints_.erase(it);
       }
-      CloseEndpoint(ep, /*force=*/true);
+      CloseEndpoint(ep);
     }
   });
-  remote.ep_.reset();
+  connection.ep_.reset();
 }
 
-void UcxWorker::Poison(UcxRemoteRegion& remote) {
-  remote.poisoned_ = true;
+void UcxWorker::Close(UcxConnection& connection) {
   Call([&] {
-    UcxEndpointState& ep = *remote.ep_;
+    UcxEndpointState& ep = *connection.ep_;
     auto it = endpoints_.find(ep.key);
     if (it != endpoints_.end() && it->second.get() == &ep) endpoints_.erase(it);
-    CloseEndpoint(ep, /*force=*/true);
+    CloseEndpoint(ep);
   });
 }
 
-void UcxWorker::CloseEndpoint(UcxEndpointState& ep, bool force) {
+void UcxWorker::CloseEndpoint(UcxEndpointState& ep) {
   absl::MutexLock lock(&ep.mu);
+  ep.failed = true;
   if (ep.ep == nullptr) return;
   ucp_request_param_t p{};
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  p.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  // Outstanding gets on it complete (cancelled) during the close.
+  p.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  // Operations still on it complete (cancelled) during the close.
   ucs_status_ptr_t r = ucp_ep_close_nbx(ep.ep, &p);
   if (r != nullptr && !UCS_PTR_IS_ERR(r)) closing_.push_back(r);
   ep.ep = nullptr;
-  ep.failed = true;
   counters_.endpoints.fetch_sub(1);
 }
 
@@ -434,82 +397,12 @@ void UcxWorker::ReapIdleEndpoints() {
   for (auto it = endpoints_.begin(); it != endpoints_.end();) {
     UcxEndpointState& ep = *it->second;
     if (ep.users == 0 && now - ep.idle_since >= kEndpointIdle) {
-      CloseEndpoint(ep, /*force=*/true);
+      CloseEndpoint(ep);
       it = endpoints_.erase(it);
     } else {
       ++it;
     }
   }
-}
-
-absl::Status UcxWorker::Get(UcxRemoteRegion& remote, int64_t remote_offset,
-                            UcxRegion& local, int64_t local_offset,
-                            int64_t bytes,
-                            const std::function<bool()>& cancelled) {
-  if (remote_offset < 0 || bytes < 0 || remote_offset > remote.size_ ||
-      bytes > remote.size_ - remote_offset || local_offset < 0 ||
-      local_offset > local.size() || bytes > local.size() - local_offset) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("UCX get of ", bytes, " bytes at ", remote_offset,
-                     " outside a ", remote.size_, "-byte region (or the ",
-                     local.size(), "-byte landing buffer)"));
-  }
-  if (remote.ep_ == nullptr) {
-    return absl::FailedPreconditionError("UCX remote region is released");
-  }
-  auto op = std::make_shared<GetOp>();
-  op->worker = this;
-  op->in_flight = &gets_in_flight_;
-  {
-    // Posted from this thread: over shared memory (CMA) the copy happens
-    // right here and the get completes at once; otherwise the progress
-    // thread completes it.
-    UcxEndpointState& ep = *remote.ep_;
-    absl::MutexLock lock(&ep.mu);
-    if (ep.ep == nullptr) {
-      op->Finish(UCS_ERR_CONNECTION_RESET);
-    } else {
-      ucp_request_param_t p{};
-      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-                       UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-      p.cb.send = &UcxCallbacks::GetDone;
-      p.user_data = op.get();
-      p.memh = static_cast<ucp_mem_h>(local.memh());
-      gets_in_flight_.fetch_add(1);
-      ucs_status_ptr_t r = ucp_get_nbx(
-          ep.ep, local.data() + local_offset, static_cast<size_t>(bytes),
-          remote.address_ + static_cast<uint64_t>(remote_offset),
-          static_cast<ucp_rkey_h>(remote.rkey_), &p);
-      if (r == nullptr || UCS_PTR_IS_ERR(r)) {
-        gets_in_flight_.fetch_sub(1);
-        op->Finish(r == nullptr ? UCS_OK : UCS_PTR_STATUS(r));
-      } else {
-        Wake();  // GetDone (on the progress thread) finishes it
-      }
-    }
-  }
-  absl::Time cancelled_at = absl::InfiniteFuture();
-  bool closed = false;
-  absl::MutexLock lock(&op->mu);
-  while (!op->done) {
-    op->mu.AwaitWithTimeout(absl::Condition(&op->done), absl::Milliseconds(20));
-    if (op->done || closed || !cancelled()) continue;
-    const absl::Time now = absl::Now();
-    if (cancelled_at == absl::InfiniteFuture()) cancelled_at = now;
-    if (now - cancelled_at >= kCancelGrace) {
-      // The peer does not complete the get: close the endpoint, which
-      // completes it (cancelled) before the landing buffer is reused.
-      closed = true;
-      op->mu.Unlock();
-      Poison(remote);
-      op->mu.Lock();
-    }
-  }
-  if (op->status == UCS_OK) return absl::OkStatus();
-  if (closed || cancelled_at != absl::InfiniteFuture()) {
-    return absl::CancelledError("KV transfer cancelled during a UCX get");
-  }
-  return UcxError("UCX get from the prefill worker", op->status);
 }
 
 }  // namespace pdserve::transport

@@ -1,13 +1,14 @@
 // UcxWorker: this process's UCX (UCP) context and worker, the engine under
 // the UCX KV transport. A progress thread sleeps on UCX's event fd and
 // drives completions, endpoint errors and endpoint bookkeeping; callers post
-// gets themselves (the worker is multi-threaded, so a shared-memory get
-// completes in the caller's own thread without a hand-off). It registers
-// memory once per long-lived buffer (host or CUDA memory, the type named per
-// registration), keeps one endpoint per peer worker (shared by that peer's
-// transfers, closed on a UCX endpoint error, after a failed transfer or when
-// idle, so a restarted peer gets a fresh one), unpacks remote keys and runs
-// one-sided gets. UCX reads its own settings from the environment (UCX_TLS,
+// tagged sends and receives themselves and drive them a little before
+// leaving them to it (the worker is multi-threaded, so a shared-memory
+// rendezvous completes in the caller's thread without a hand-off). It
+// registers memory once per long-lived buffer (host or CUDA memory, the
+// type named per registration), keeps one endpoint per peer worker (shared
+// by the transfers to that peer, closed on a UCX endpoint error, when a
+// transfer's sends cannot complete, or when idle, so a restarted peer gets a
+// fresh one). UCX reads its own settings from the environment (UCX_TLS,
 // UCX_NET_DEVICES, ...). Thread-safe. (Registration: ucx_memory.cc.)
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_WORKER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_WORKER_H_
@@ -54,18 +55,20 @@ absl::Status UcxError(absl::string_view what, int ucs_status);
 
 // Resources a worker holds, for metrics and leak checks.
 struct UcxCounters {
-  std::atomic<int64_t> endpoints{0};      // open endpoints
-  std::atomic<int64_t> remote_keys{0};    // unpacked, not yet destroyed
-  std::atomic<int64_t> registrations{0};  // registered regions
+  std::atomic<int64_t> endpoints{0};  // open endpoints
+  std::atomic<int64_t> registrations{0};
   std::atomic<int64_t> registered_bytes{0};
   std::atomic<int64_t> endpoint_errors{0};  // UCX endpoint errors seen
+  std::atomic<int64_t> ops_in_flight{0};    // sends and receives posted
+  std::atomic<int64_t> ops_abandoned{0};    // of those: given up on
+  std::atomic<int64_t> drained{0};  // messages of failed transfers discarded
 };
 
 class UcxWorker;
 struct UcxEndpointState;
+struct UcxOpState;
 
-// Memory registered with UCX for this object's lifetime, with the packed
-// remote key through which a peer reads it.
+// Memory registered with UCX for this object's lifetime.
 class UcxRegion {
  public:
   ~UcxRegion();  // unregisters (and frees memory Allocate allocated)
@@ -75,7 +78,6 @@ class UcxRegion {
   char* data() const { return data_; }
   int64_t size() const { return size_; }
   UcxMemoryType memory_type() const { return type_; }
-  const std::string& packed_rkey() const { return rkey_; }
   void* memh() const { return memh_; }  // ucp_mem_h
 
  private:
@@ -89,45 +91,61 @@ class UcxRegion {
   const UcxMemoryType type_;
   const bool owned_;
   void* memh_ = nullptr;
-  std::string rkey_;
 };
 
-// A peer's region as this process sees it: an endpoint to the peer plus the
-// unpacked remote key. Holding one keeps the endpoint open.
-class UcxRemoteRegion {
+// A use of the endpoint to one peer worker; the endpoint stays open while
+// any connection to it lives (and is cached a while after).
+class UcxConnection {
  public:
-  ~UcxRemoteRegion();  // destroys the key, releases the endpoint
-  UcxRemoteRegion(const UcxRemoteRegion&) = delete;
-  UcxRemoteRegion& operator=(const UcxRemoteRegion&) = delete;
-  uint64_t address() const { return address_; }
-  int64_t size() const { return size_; }
+  ~UcxConnection();
+  UcxConnection(const UcxConnection&) = delete;
+  UcxConnection& operator=(const UcxConnection&) = delete;
+  // The transfer failed (the peer may be gone): when this is released and
+  // no other connection uses the endpoint, close it instead of caching it.
+  void CloseWhenUnused() { close_when_unused_ = true; }
 
  private:
   friend class UcxWorker;
-  UcxRemoteRegion(UcxWorker* worker, std::shared_ptr<UcxEndpointState> ep,
-                  uint64_t address, int64_t size)
-      : worker_(worker), ep_(std::move(ep)), address_(address), size_(size) {}
+  UcxConnection(UcxWorker* worker, std::shared_ptr<UcxEndpointState> ep)
+      : worker_(worker), ep_(std::move(ep)) {}
   UcxWorker* const worker_;
   std::shared_ptr<UcxEndpointState> ep_;
-  const uint64_t address_;
-  const int64_t size_;
-  void* rkey_ = nullptr;  // ucp_rkey_h
-  // The peer is presumed dead: the endpoint is closed when this is
-  // released, whoever else uses it.
-  bool poisoned_ = false;
-  // The transfer failed: the endpoint is closed if nobody else uses it.
   bool close_when_unused_ = false;
+};
+
+// A posted send; the memory it reads must stay until it is done.
+class UcxSendOp {
+ public:
+  // Waits up to `timeout` (the progress thread completes it); true when
+  // done.
+  bool Wait(absl::Duration timeout);
+  // The outcome once done (CANCELLED when its endpoint was closed).
+  absl::Status status() const;
+  // Stops counting it as in flight (the progress thread stops polling for
+  // it): a send UCX will not end, a rendezvous whose peer died on a
+  // transport without peer-failure detection, even after its endpoint was
+  // closed (UCX 1.13 over shared memory). Its memory must stay untouched by
+  // the peer, which is gone.
+  void Abandon();
+
+ private:
+  friend class UcxWorker;
+  UcxWorker* worker_ = nullptr;
+  std::shared_ptr<UcxOpState> op_;
 };
 
 class UcxWorker {
  public:
   // Endpoints unused for this long are closed (a later transfer reconnects).
   static constexpr absl::Duration kEndpointIdle = absl::Seconds(30);
-  // How long a get may outlive its caller's cancellation before its
-  // endpoint is closed to end it (the peer is presumed gone).
+  // Progress calls an operation's poster makes before leaving it to the
+  // progress thread.
+  static constexpr int kInlineProgress = 32;
+  // How long a receive may outlive its caller's cancellation before it is
+  // cancelled in UCX.
   static constexpr absl::Duration kCancelGrace = absl::Seconds(1);
 
-  // Initialises UCX (features: RMA, wakeup) and starts the progress thread.
+  // Initialises UCX (features: tag, wakeup) and starts the progress thread.
   static absl::StatusOr<std::unique_ptr<UcxWorker>> Create();
   ~UcxWorker();  // closes endpoints, stops the thread, cleans UCX up
   UcxWorker(const UcxWorker&) = delete;
@@ -146,38 +164,45 @@ class UcxWorker {
   absl::StatusOr<std::unique_ptr<UcxRegion>> Register(void* data, int64_t bytes,
                                                       UcxMemoryType type);
 
-  // Connects (or reuses the endpoint) to the worker at `peer_address` and
-  // unpacks `packed_rkey` for [address, address + size) there.
-  // `peer_errors`: UCX detects a dead peer (UCP_ERR_HANDLING_MODE_PEER);
-  // UCX 1.13 then uses no shared-memory transport, so same-host peers pass
-  // false and rely on the control stream to notice a dead peer.
-  // UNAVAILABLE when UCX cannot reach the peer.
-  absl::StatusOr<std::unique_ptr<UcxRemoteRegion>> Attach(
-      const std::string& peer_address, bool peer_errors,
-      const std::string& packed_rkey, uint64_t address, int64_t size);
+  // A connection to the worker at `peer_address` (its endpoint is created
+  // on first use and cached). `peer_errors`: UCX detects a dead peer
+  // (UCP_ERR_HANDLING_MODE_PEER); UCX 1.13 then uses no shared-memory
+  // transport, so same-host peers pass false and rely on the control stream
+  // to notice a dead peer. INVALID_ARGUMENT for an address of another
+  // format, UNAVAILABLE when UCX cannot reach the peer.
+  absl::StatusOr<std::unique_ptr<UcxConnection>> Connect(
+      const std::string& peer_address, bool peer_errors);
+  // Closes the connection's endpoint now: its operations complete
+  // (cancelled), other connections to that peer fail too. For a peer that
+  // is gone or stopped receiving.
+  void Close(UcxConnection& connection);
 
-  // Reads [remote_offset, + bytes) of `remote` into `local` at
-  // `local_offset`; waits until done. When `cancelled()` turns true first,
-  // waits up to kCancelGrace, then closes the endpoint to end the get
-  // (CANCELLED). UNAVAILABLE when the endpoint fails.
-  absl::Status Get(UcxRemoteRegion& remote, int64_t remote_offset,
-                   UcxRegion& local, int64_t local_offset, int64_t bytes,
-                   const std::function<bool()>& cancelled);
-
-  // Closes the endpoint of `remote` now (its other users' operations fail);
-  // for a transfer whose peer is presumed dead.
-  void Poison(UcxRemoteRegion& remote);
-  // Closes the endpoint of `remote` when its last user releases it (instead
-  // of caching it): for a failed transfer whose peer may be gone.
-  void CloseWhenUnused(UcxRemoteRegion& remote) {
-    remote.close_when_unused_ = true;
-  }
+  // Sends [offset, + bytes) of `region` with `tag` (a rendezvous for large
+  // messages: the receiver pulls the bytes, over shared memory with one CMA
+  // copy). The region must stay until the send is done.
+  absl::StatusOr<UcxSendOp> Send(UcxConnection& connection,
+                                 const UcxRegion& region, int64_t offset,
+                                 int64_t bytes, uint64_t tag);
+  // Receives the message tagged `tag` (from any peer) into [offset, +
+  // bytes) of `region`; waits until it arrived and returns its length. When
+  // `cancelled()` turns true first, waits up to kCancelGrace, then cancels
+  // it (CANCELLED); ABORTED when UCX does not end it even then (`region`
+  // must not be reused). DATA_LOSS when the message is larger than `bytes`.
+  absl::StatusOr<int64_t> Receive(UcxRegion& region, int64_t offset,
+                                  int64_t bytes, uint64_t tag,
+                                  const std::function<bool()>& cancelled);
+  // For `duration`, receives and discards the messages whose tag matches
+  // `tag` under `mask`: what a peer sends for a transfer that failed here,
+  // so that its sends complete rather than wait forever (UCX 1.13 cannot
+  // cancel a rendezvous send). Runs on the progress thread.
+  void DrainLater(uint64_t tag, uint64_t mask, absl::Duration duration);
 
   const UcxCounters& counters() const { return counters_; }
 
  private:
   friend class UcxRegion;
-  friend class UcxRemoteRegion;
+  friend class UcxConnection;
+  friend class UcxSendOp;
   friend struct UcxCallbacks;  // UCX's C callbacks (ucx_worker.cc)
   UcxWorker() = default;
   absl::Status Init();
@@ -186,14 +211,20 @@ class UcxWorker {
   void Call(const std::function<void()>& fn);
   // Queues `fn` for the progress thread.
   void Post(std::function<void()> fn);
+  void Wake();
+  // Progresses the worker from the caller's thread until `op` is done or
+  // kInlineProgress calls made no difference, then leaves it to the
+  // progress thread.
+  void Drive(UcxOpState& op);
+  // Progress thread: discards messages of failed transfers (DrainLater).
+  void ProcessDrains();
   // Progress thread: endpoints.
-  void CloseEndpoint(UcxEndpointState& ep, bool force);
+  void CloseEndpoint(UcxEndpointState& ep);
   void ReapIdleEndpoints();
-  void Release(UcxRemoteRegion& remote);
-  // Registers `region`'s memory and packs its remote key (ucx_memory.cc).
+  void Release(UcxConnection& connection);
+  // Registers `region`'s memory (ucx_memory.cc).
   absl::Status MapRegion(UcxRegion& region);
   void Unregister(UcxRegion& region);
-  void Wake();
 
   void* context_ = nullptr;  // ucp_context_h
   void* worker_ = nullptr;   // ucp_worker_h
@@ -202,7 +233,6 @@ class UcxWorker {
   int wake_fd_ = -1;   // eventfd: work queued
   int epoll_fd_ = -1;  // worker efd + wake_fd_
   UcxCounters counters_;
-  std::atomic<int> gets_in_flight_{0};  // the progress thread polls while > 0
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
@@ -214,6 +244,14 @@ class UcxWorker {
   std::vector<std::shared_ptr<UcxEndpointState>> failed_;  // to close
   std::vector<void*> closing_;  // ucp_ep_close_nbx requests in flight
   absl::Time last_reap_;
+  struct Drainer {
+    uint64_t tag;
+    uint64_t mask;
+    absl::Time until;
+  };
+  std::vector<Drainer> drains_;
+  std::unique_ptr<UcxRegion> drain_buffer_;  // discarded messages land here
+  std::atomic<int64_t> drains_in_flight_{0};
 };
 
 }  // namespace pdserve::transport

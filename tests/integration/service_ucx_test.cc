@@ -4,8 +4,8 @@
 // worker's received bytes, by transport), with UCX's default transports and
 // with UCX_TLS=tcp, and the outputs equal the reference and a gRPC cluster's;
 // a corrupted chunk fails with DATA_LOSS; a worker killed with SIGKILL in the
-// middle of a push leaves the survivor with no KV block, no endpoint or
-// remote key of the dead peer and no transfer holding UCX memory.
+// middle of a push leaves the survivor with no KV block, no endpoint to the
+// dead peer, no UCX operation in flight and no push holding UCX memory.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -140,11 +140,12 @@ TEST_P(UcxServiceTest, AutoPicksUcxAndMatchesGrpcAndTheReference) {
   auto d = ucx->Status(ucx->decode(0));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->checksum_failures(), 0);
-  EXPECT_EQ(d->kv_ucx_endpoints(), 1);  // one prefill worker, cached
+  EXPECT_EQ(p->kv_ucx_endpoints(), 1);  // one decode worker, cached
   EXPECT_EQ(d->kv_ucx_transfers(), 0);
-  EXPECT_EQ(d->kv_ucx_remote_keys(), 0);
+  EXPECT_EQ(d->kv_ucx_operations(), 0);
   EXPECT_GT(p->kv_ucx_registered_bytes(), 0);  // pooled for the next push
   EXPECT_EQ(p->kv_ucx_transfers(), 0);
+  EXPECT_EQ(p->kv_ucx_operations(), 0);
   // The gRPC cluster moved its KV inline.
   EXPECT_EQ(Metric(grpc->prefill(0), "pdserve_kv_pushes_total",
                    {{"transport", "ucx"}}),
@@ -197,8 +198,8 @@ bool WaitForStatus(
 }
 
 // P sends one chunk of each push and stalls (test-only), so every push is
-// caught mid-transfer: D holds its blocks, the remote key of P's region, a
-// landing buffer and an endpoint to P; P holds the export region.
+// caught mid-transfer: D holds its blocks and a landing buffer; P holds the
+// export region and an endpoint to D.
 std::unique_ptr<Cluster> StalledCluster(const std::string& tls) {
   return StartCluster(
       tls, {"--kv_transport=ucx", "--testonly_stop_kv_push_after_chunks=1"},
@@ -217,20 +218,19 @@ TEST_P(UcxServiceTest, PrefillKilledMidTransferLeavesNothingOnDecode) {
   const bool mid = WaitForStatus(
       *c, c->decode(0), absl::Seconds(30),
       [](const pb::WorkerStatusResponse& d) {
-        return d.kv_ucx_transfers() == 1 && d.kv_ucx_remote_keys() == 1 &&
-               d.pending_leases() == 1 &&
+        return d.kv_ucx_transfers() == 1 && d.pending_leases() == 1 &&
                d.free_kv_blocks() < d.total_kv_blocks();
       },
       &last);
   EXPECT_TRUE(mid) << "never mid-transfer: " << last;
   c->prefill(0).proc.Signal(SIGKILL);
-  // D notices the dead peer (its push stream breaks; over TCP also a UCX
-  // endpoint error) and frees the blocks, the key, the landing buffer and
-  // the endpoint at once (the lease is 60 s).
+  // D notices the dead peer (its push stream breaks) and frees the blocks
+  // and the landing buffer at once (the lease is 60 s); it never had an
+  // endpoint to P, nor a receive left once the stream broke.
   const bool clean = WaitForStatus(
       *c, c->decode(0), absl::Seconds(20),
       [](const pb::WorkerStatusResponse& d) {
-        return d.kv_ucx_transfers() == 0 && d.kv_ucx_remote_keys() == 0 &&
+        return d.kv_ucx_transfers() == 0 && d.kv_ucx_operations() == 0 &&
                d.kv_ucx_endpoints() == 0 && d.pending_leases() == 0 &&
                d.free_kv_blocks() == d.total_kv_blocks();
       },
@@ -263,7 +263,8 @@ TEST_P(UcxServiceTest, DecodeKilledMidTransferLeavesNothingOnPrefill) {
   EXPECT_EQ(p->kv_ucx_transfers(), 1);
   c->decode(0).proc.Signal(SIGKILL);
   // P's push fails with the broken stream: its region leaves the push (kept
-  // registered in the pool for a while, then unregistered).
+  // registered in the pool for a while, then unregistered) and, nothing else
+  // using it, the endpoint to the dead D is closed.
   const bool clean = WaitForStatus(
       *c, c->prefill(0), absl::Seconds(20),
       [](const pb::WorkerStatusResponse& s) {
@@ -275,7 +276,8 @@ TEST_P(UcxServiceTest, DecodeKilledMidTransferLeavesNothingOnPrefill) {
   const bool released = WaitForStatus(
       *c, c->prefill(0), absl::Seconds(30),
       [](const pb::WorkerStatusResponse& s) {
-        return s.kv_ucx_registered_bytes() == 0 && s.kv_ucx_endpoints() == 0;
+        return s.kv_ucx_registered_bytes() == 0 && s.kv_ucx_endpoints() == 0 &&
+               s.kv_ucx_operations() == 0;
       },
       &last);
   EXPECT_TRUE(released) << "prefill worker keeps UCX memory: " << last;
