@@ -1,19 +1,22 @@
 // `pdserve bench-kv-transfer`: loopback bandwidth of one prompt's KV moved
-// (a) by the gRPC KV push (real KvTransferService, a sink that copies every
-// chunk into a destination buffer, as D's import does), (b) by the
-// shared-memory KV push (same service and sink; "shm" reuses the sender's
-// pooled segment as a busy worker does, "shm-cold" creates a segment per
-// push), (c) by the UCX KV push (same service and sink; D reads each chunk
-// from P's registered region with a UCX get: "ucx" with UCX's default
-// transports, "ucx-tcp" with UCX_TLS=tcp; P and D have a UCX worker each),
-// (d) over a plain TCP loopback socket, (e) by memcpy, and (f) by UCX's own
-// ucx_perftest (two processes; tag_bw and ucp_get at the pushes' chunk size,
-// default transports and tcp) — the same bytes, in the same run. The paths
-// run in turn, round after round (this machine's bandwidth drifts between
-// runs, so each ratio is taken within a round; medians over the rounds).
-// Pushes are chunked, sealed (XXH3) and verified exactly as in the service,
-// by one sending thread.
+// from this process to a receiving process (forked: a real
+// KvTransferService whose sink copies every chunk into a destination buffer,
+// as D's import does) (a) by the gRPC KV push, (b) by the shared-memory KV
+// push ("shm" reuses the sender's pooled segment as a busy worker does,
+// "shm-cold" creates a segment per push), (c) by the UCX KV push (D reads
+// each chunk from P's registered region with a UCX get: "ucx" with UCX's
+// default transports, "ucx-tcp" with UCX_TLS=tcp), and, as references,
+// (d) over a plain TCP loopback socket and (e) by memcpy (in this process),
+// and (f) by UCX's own ucx_perftest (two processes; tag_bw, ucp_put_bw and
+// ucp_get at the pushes' chunk size, default transports and tcp) — the same
+// bytes, in the same run. The paths run in turn, round after round (this
+// machine's bandwidth drifts between runs, so each ratio is taken within a
+// round; medians over the rounds). Pushes are chunked, sealed (XXH3) and
+// verified exactly as in the service, by one sending thread. Each row also
+// shows the CPU time a push cost (both processes), which a busy machine
+// does not inflate as it does the wall time.
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -42,6 +45,7 @@
 #include "common/util/malloc_tuning.h"
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/bench_kv_receiver.h"
 #include "tools/service_cmds/bench_kv_refs.h"
 #include "tools/subcommand.h"
 
@@ -80,49 +84,13 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Receiving side: every chunk is copied into `dst` at its layer/token place.
-class CopyingSinkFactory : public transport::KvSinkFactory {
- public:
-  CopyingSinkFactory(const KvLayout& layout, int tokens, std::string* dst)
-      : layout_(layout), tokens_(tokens), dst_(dst) {}
-  class Sink : public transport::KvSink {
-   public:
-    explicit Sink(CopyingSinkFactory* f) : f_(f) {}
-    absl::Status OnChunk(const transport::KvChunkView& c) override {
-      const int64_t bpt = f_->layout_.BytesPerTokenPerLayer();
-      const int64_t at = (int64_t{c.layer} * f_->tokens_ + c.token_begin) * bpt;
-      std::memcpy(f_->dst_->data() + at, c.data.data(), c.data.size());
-      return absl::OkStatus();
-    }
-    absl::Status OnCommit(const pb::KvCommit&, double) override {
-      return absl::OkStatus();
-    }
-    void OnAbort(const absl::Status&) override {}
-
-   private:
-    CopyingSinkFactory* f_;
-  };
-  absl::StatusOr<std::unique_ptr<transport::KvSink>> Begin(
-      const pb::KvHeader&, std::function<void()>) override {
-    return std::make_unique<Sink>(this);
-  }
-  const std::string& fingerprint() const override { return fingerprint_; }
-  KvLayout layout() const override { return layout_; }
-
- private:
-  const KvLayout layout_;
-  const int tokens_;
-  std::string* const dst_;
-  const std::string fingerprint_ = "bench-kv-transfer";
-};
-
 // One push of `src` (layer-major), chunked and sealed as a prefill does.
 absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
                       const KvLayout& layout, int tokens,
                       const std::string& src, const std::string& want) {
   pb::KvHeader header;
   header.set_request_id("bench");
-  header.set_model_fingerprint("bench-kv-transfer");
+  header.set_model_fingerprint(kKvBenchFingerprint);
   *header.mutable_layout() = transport::LayoutToProto(layout);
   header.set_num_tokens(tokens);
   auto stream = sender.Open(target, header, absl::Now() + absl::Seconds(120));
@@ -175,74 +143,31 @@ absl::StatusOr<KvLayout> BenchLayout() {
   return l;
 }
 
-// A receiving service on loopback (its own gRPC server).
-struct Receiver {
-  std::unique_ptr<transport::KvTransferService> service;
-  StartedServer server;
-  std::string target;
-};
-
-absl::StatusOr<std::unique_ptr<Receiver>> StartReceiver(
-    transport::KvSinkFactory* factory, transport::KvReceiveOptions options) {
-  auto r = std::make_unique<Receiver>();
-  r->service = std::make_unique<transport::KvTransferService>(factory, options);
-  ServerOptions so;
-  so.address = "127.0.0.1:0";
-  so.services = {r->service.get()};
-  auto server = StartServer(so);
-  if (!server.ok()) return server.status();
-  r->server = *std::move(server);
-  r->target = absl::StrCat("127.0.0.1:", r->server.port);
-  return r;
-}
-
-// A UCX pair as two workers would have: P's worker and sender, D's worker,
-// receiver and service, created with UCX_TLS=`tls` ("" = default).
-struct UcxPair {
-  std::unique_ptr<transport::UcxWorker> p_worker, d_worker;
-  std::unique_ptr<transport::UcxKvReceiver> receiver;
-  std::unique_ptr<Receiver> service;
+// P's side of a UCX push: a worker started with UCX_TLS=`tls` ("" = as in
+// the environment) and a sender on it, gRPC as the control stream.
+struct UcxSender {
+  std::unique_ptr<transport::UcxWorker> worker;
   std::unique_ptr<transport::UcxKvSender> sender;
-  ~UcxPair() {
-    sender.reset();
-    service.reset();
-    receiver.reset();
-  }
+  ~UcxSender() { sender.reset(); }  // regions before their worker
 };
 
-absl::StatusOr<std::unique_ptr<UcxPair>> StartUcxPair(
-    const std::string& tls, transport::GrpcKvSender* grpc,
-    transport::KvSinkFactory* factory, int64_t max_chunk) {
+absl::StatusOr<std::unique_ptr<UcxSender>> StartUcxSender(
+    const std::string& tls, transport::GrpcKvSender* grpc) {
   const char* old = getenv("UCX_TLS");
   const std::string saved = old != nullptr ? old : "";
-  if (tls.empty()) {
-    unsetenv("UCX_TLS");
-  } else {
-    setenv("UCX_TLS", tls.c_str(), 1);
-  }
-  auto pair = std::make_unique<UcxPair>();
-  auto p = transport::UcxWorker::Create();
-  auto d = transport::UcxWorker::Create();
+  if (!tls.empty()) setenv("UCX_TLS", tls.c_str(), 1);
+  auto w = transport::UcxWorker::Create();
   if (old != nullptr) {
     setenv("UCX_TLS", saved.c_str(), 1);
   } else {
     unsetenv("UCX_TLS");
   }
-  if (!p.ok()) return p.status();
-  if (!d.ok()) return d.status();
-  pair->p_worker = *std::move(p);
-  pair->d_worker = *std::move(d);
-  pair->receiver = std::make_unique<transport::UcxKvReceiver>(
-      pair->d_worker.get(), max_chunk);
-  transport::KvReceiveOptions options;
-  options.accept_shm = false;
-  options.ucx = pair->receiver.get();
-  auto service = StartReceiver(factory, options);
-  if (!service.ok()) return service.status();
-  pair->service = *std::move(service);
-  pair->sender = std::make_unique<transport::UcxKvSender>(
-      grpc, pair->p_worker.get(), nullptr);
-  return pair;
+  if (!w.ok()) return w.status();
+  auto s = std::make_unique<UcxSender>();
+  s->worker = *std::move(w);
+  s->sender =
+      std::make_unique<transport::UcxKvSender>(grpc, s->worker.get(), nullptr);
+  return s;
 }
 
 double Median(std::vector<double> v) {
@@ -253,15 +178,31 @@ double Median(std::vector<double> v) {
 }
 
 // One measured path: `run` returns GB/s (it times itself).
+// One measurement: bandwidth, and the CPU time this process spent on it
+// (both ends of a push run here; a busy machine stretches the wall time,
+// not the work). cpu_seconds < 0: not measured (another process moved it).
+struct Sample {
+  double gbps = 0;
+  double cpu_seconds = -1;
+};
+
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 struct Path {
   Path(std::string n, std::string ref,
-       std::function<absl::StatusOr<double>()> f)
+       std::function<absl::StatusOr<Sample>()> f)
       : name(std::move(n)), reference(std::move(ref)), run(std::move(f)) {}
   std::string name;
   std::string reference;  // the row its "vs reference" ratio divides by
-  std::function<absl::StatusOr<double>()> run;
+  std::function<absl::StatusOr<Sample>()> run;
   std::vector<double> gbps;   // per round
   std::vector<double> ratio;  // per round, to memcpy of the same round
+  std::vector<double> cpu;    // per round: CPU seconds per GB moved
 };
 
 int RunBenchKvTransfer(const std::vector<std::string>&) {
@@ -296,33 +237,52 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     return std::find(wanted_paths.begin(), wanted_paths.end(), p) !=
            wanted_paths.end();
   };
-  CopyingSinkFactory factory(*layout, tokens, &dst);
-  auto main_rx = StartReceiver(&factory, transport::KvReceiveOptions());
-  if (!main_rx.ok()) return Fail(main_rx.status().ToString());
-  const std::string target = (*main_rx)->target;
+  // The receiver runs in its own process, as a decode worker does (forked
+  // now, before this process has a thread).
+  auto rx = StartKvBenchReceiver(*layout, tokens, src, wanted("ucx"),
+                                 wanted("ucx-tcp"));
+  if (!rx.ok()) return Fail(rx.status().ToString());
+  struct StopAtExit {
+    KvBenchReceiver* r;
+    ~StopAtExit() { StopKvBenchReceiver(*r); }
+  } stop_rx{&*rx};
   transport::GrpcKvSender grpc(grpc::InsecureChannelCredentials());
   transport::ShmKvSender shm(&grpc, transport::KvTransportMode::kShm);
-  std::map<std::string, std::unique_ptr<UcxPair>> ucx;
+  std::map<std::string, std::unique_ptr<UcxSender>> ucx;
   for (const auto& [name, tls] :
        {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
     if (!wanted(name)) continue;
-    auto pair =
-        StartUcxPair(tls, &grpc, &factory,
-                     std::max(chunk_bytes, transport::kKvChunkTargetBytes));
-    if (!pair.ok())
-      return Fail(absl::StrCat(name, ": ", pair.status().ToString()));
-    ucx[name] = *std::move(pair);
+    auto sender = StartUcxSender(tls, &grpc);
+    if (!sender.ok()) {
+      return Fail(absl::StrCat(name, ": ", sender.status().ToString()));
+    }
+    ucx[name] = *std::move(sender);
   }
 
-  // Transfer paths time themselves and check the bytes.
+  // Local paths (memcpy, TCP) time themselves and check the bytes.
   auto timed = [&](std::function<absl::Status()> once) {
-    return [&, once]() -> absl::StatusOr<double> {
+    return [&, once]() -> absl::StatusOr<Sample> {
       std::fill(dst.begin(), dst.end(), '\0');
+      const double c0 = ProcessCpuSeconds();
       const double t0 = Now();
       if (absl::Status s = once(); !s.ok()) return s;
       const double dt = Now() - t0;
+      const double cpu = ProcessCpuSeconds() - c0;
       if (dst != src) return absl::DataLossError("bytes differ");
-      return bytes / dt / 1e9;
+      return Sample{bytes / dt / 1e9, cpu};
+    };
+  };
+  // Pushes: to the receiver process; CPU of both processes. Every chunk is
+  // checked against P's XXH3 by the receiving service; the receiver's copy
+  // is compared with the source after the last round.
+  auto pushed = [&](std::function<absl::Status()> once) {
+    return [&, once]() -> absl::StatusOr<Sample> {
+      const double c0 = ProcessCpuSeconds() + CpuSecondsOf(rx->pid);
+      const double t0 = Now();
+      if (absl::Status s = once(); !s.ok()) return s;
+      const double dt = Now() - t0;
+      const double cpu = ProcessCpuSeconds() + CpuSecondsOf(rx->pid) - c0;
+      return Sample{bytes / dt / 1e9, cpu};
     };
   };
   std::vector<Path> paths;
@@ -334,34 +294,36 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     paths.emplace_back("tcp", "", timed([&] { return TcpOnce(src, &dst); }));
   }
   if (wanted("grpc")) {
-    paths.emplace_back("grpc", "", timed([&] {
-                         return PushOnce(grpc, target, *layout, tokens, src,
+    paths.emplace_back("grpc", "", pushed([&] {
+                         return PushOnce(grpc, rx->target, *layout, tokens, src,
                                          "grpc");
                        }));
   }
   if (wanted("shm")) {
-    paths.emplace_back("shm", "", timed([&] {
-                         return PushOnce(shm, target, *layout, tokens, src,
+    paths.emplace_back("shm", "", pushed([&] {
+                         return PushOnce(shm, rx->target, *layout, tokens, src,
                                          "shm");
                        }));
   }
   if (wanted("shm-cold")) {
     // A fresh sender per push: no pooled segment, every push creates one.
     paths.emplace_back(
-        "shm-cold", "", timed([&] {
+        "shm-cold", "", pushed([&] {
           transport::ShmKvSender cold(&grpc, transport::KvTransportMode::kShm);
-          return PushOnce(cold, target, *layout, tokens, src, "shm");
+          return PushOnce(cold, rx->target, *layout, tokens, src, "shm");
         }));
   }
   for (const auto& [name, tls] :
        {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
     if (ucx.count(name) == 0) continue;
-    UcxPair* pair = ucx[name].get();
+    transport::UcxKvSender* sender = ucx[name]->sender.get();
+    const std::string target =
+        tls.empty() ? rx->ucx_target : rx->ucx_tcp_target;
     const std::string ref =
         tls.empty() ? "ucx_perftest tag_bw" : "ucx_perftest tag_bw tcp";
-    paths.emplace_back(name, ref, timed([&, pair] {
-                         return PushOnce(*pair->sender, pair->service->target,
-                                         *layout, tokens, src, "ucx");
+    paths.emplace_back(name, ref, pushed([&, sender, target] {
+                         return PushOnce(*sender, target, *layout, tokens, src,
+                                         "ucx");
                        }));
   }
   // UCX's own benchmark at the pushes' chunk size: about as many messages
@@ -373,9 +335,11 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     for (const char* test : {"tag_bw", "ucp_put_bw", "ucp_get"}) {
       paths.emplace_back(
           absl::StrCat("ucx_perftest ", test, tls.empty() ? "" : " tcp"), "",
-          [test, tls = tls, chunk_bytes, chunks] {
-            return UcxPerftestGbps(test, chunk_bytes, std::max(40, 4 * chunks),
-                                   tls);
+          [test, tls = tls, chunk_bytes, chunks]() -> absl::StatusOr<Sample> {
+            auto g = UcxPerftestGbps(test, chunk_bytes,
+                                     std::max(40, 4 * chunks), tls);
+            if (!g.ok()) return g.status();
+            return Sample{*g, -1};
           });
     }
   }
@@ -388,9 +352,10 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       if (!g.ok()) {
         return Fail(absl::StrCat(p.name, ": ", g.status().ToString()));
       }
-      if (p.name == "memcpy") memcpy_gbps = *g;
-      p.gbps.push_back(*g);
-      p.ratio.push_back(*g / memcpy_gbps);
+      if (p.name == "memcpy") memcpy_gbps = g->gbps;
+      p.gbps.push_back(g->gbps);
+      p.ratio.push_back(g->gbps / memcpy_gbps);
+      if (g->cpu_seconds >= 0) p.cpu.push_back(g->cpu_seconds / (bytes / 1e9));
     }
   }
   // Setup cost of one shared-memory segment per push (shm-cold).
@@ -402,9 +367,14 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     seg->reset();
     setup_seconds = std::min(setup_seconds, Now() - t0);
   }
+  absl::Status verified = absl::OkStatus();
+  for (const char* push : {"grpc", "shm", "shm-cold", "ucx", "ucx-tcp"}) {
+    if (wanted(push)) verified = VerifyKvBenchReceiver(*rx);
+    if (wanted(push)) break;
+  }
   ucx.clear();
-  (*main_rx)->server.server->Shutdown();
   std::fprintf(stderr, "\r\033[K");
+  if (!verified.ok()) return Fail(verified.ToString());
 
   // Ratio of a path to its reference row, per round, median.
   auto vs_reference = [&](const Path& p) -> double {
@@ -430,6 +400,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
           {"best_gbps", *std::max_element(p.gbps.begin(), p.gbps.end())},
           {"ratio_to_memcpy", Median(p.ratio)},
           {"gbps", p.gbps}};
+      if (!p.cpu.empty()) {
+        j["results"][p.name]["cpu_seconds_per_gb"] = Median(p.cpu);
+      }
       if (!p.reference.empty()) {
         j["results"][p.name]["reference"] = p.reference;
         j["results"][p.name]["ratio_to_reference"] = vs_reference(p);
@@ -446,17 +419,22 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       absl::GetFlag(FLAGS_kv_bench_model).c_str(), tokens, layout->num_layers,
       layout->num_kv_heads, layout->head_dim, DTypeSize(layout->dtype),
       bytes / 1e6, chunks, chunk_bytes / 1e6, rounds);
-  std::printf("%-26s %10s %10s %10s  %s\n", "path", "GB/s", "best", "vs memcpy",
-              "vs reference");
+  std::printf("%-26s %8s %8s %10s %9s  %s\n", "path", "GB/s", "best",
+              "vs memcpy", "CPU s/GB", "vs reference");
   for (const Path& p : paths) {
     std::string ref;
     if (!p.reference.empty()) {
       ref = absl::StrFormat("%.3fx %s", vs_reference(p), p.reference);
     }
-    std::printf("%-26s %10.2f %10.2f %9.3fx  %s\n", p.name.c_str(),
+    const std::string cpu =
+        p.cpu.empty() ? "-" : absl::StrFormat("%.3f", Median(p.cpu));
+    std::printf("%-26s %8.2f %8.2f %9.3fx %9s  %s\n", p.name.c_str(),
                 Median(p.gbps), *std::max_element(p.gbps.begin(), p.gbps.end()),
-                Median(p.ratio), ref.c_str());
+                Median(p.ratio), cpu.c_str(), ref.c_str());
   }
+  std::printf(
+      "(CPU s/GB: this process's CPU time, both ends of a push, per GB "
+      "moved)\n");
   std::printf("shm segment setup (create+fallocate+map+unlink): %.1f ms\n",
               setup_seconds * 1e3);
   return 0;
