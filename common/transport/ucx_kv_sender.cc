@@ -26,22 +26,23 @@ uint64_t RandomTagPrefix() {
   return v & ~UcxKvReceiver::kChunkMask;
 }
 
-// One push through a UCX export region. Send/Commit run on one thread;
-// Cancel may come from any thread. Each chunk is copied into the region,
-// announced on the push stream (KvChunkRef with its tag), then sent as a
-// tagged message that D receives into its landing buffer; at most
-// kMaxInFlight sends are outstanding. Until D has the header nothing reaches
-// a sink, so a refusal (auto mode) replays the chunks written so far from
-// the region into a push opened on the fallback sender.
+// One push through a UCX export ring. Send/Commit run on one thread;
+// Cancel may come from any thread. Each chunk is copied into the next slot
+// of the ring, announced on the push stream (KvChunkRef with its tag), then
+// sent from the slot as a tagged message that D receives into its landing
+// buffer. A slot is reused once its send completed, i.e. once D has the
+// bytes: at most kSlots sends are outstanding, and the ring, registered once
+// and pooled, stays warm in the caches and page tables however long the
+// prompt.
 class UcxKvPushStream : public KvPushStream {
  public:
-  static constexpr int kMaxInFlight = 4;
   // How long a failed push waits for its sends (D discards what it no
   // longer wants) before closing the endpoint: the peer is then gone.
   static constexpr absl::Duration kSendGrace = absl::Seconds(5);
 
   UcxKvPushStream(UcxKvSender* sender, std::string target, pb::KvHeader header,
-                  absl::Time deadline, std::unique_ptr<UcxRegion> region,
+                  absl::Time deadline, int64_t slot_bytes,
+                  std::unique_ptr<UcxRegion> ring,
                   std::unique_ptr<UcxConnection> connection)
       : sender_(sender),
         target_(std::move(target)),
@@ -49,7 +50,8 @@ class UcxKvPushStream : public KvPushStream {
         deadline_(deadline),
         faults_(sender->grpc()->faults()),
         tag_prefix_(RandomTagPrefix()),
-        region_(std::move(region)),
+        slot_bytes_(slot_bytes),
+        ring_(std::move(ring)),
         connection_(std::move(connection)),
         call_(sender->grpc()->ChannelFor(target_), deadline) {}
 
@@ -65,13 +67,13 @@ class UcxKvPushStream : public KvPushStream {
       sender_->worker()->Close(*connection_);
       if (!SendsDone(absl::Seconds(2))) {
         // UCX 1.13 does not end a rendezvous with a dead peer over shared
-        // memory even on a closed endpoint; nobody reads the region now.
+        // memory even on a closed endpoint; nobody reads the ring now.
         for (UcxSendOp& op : sends_) op.Abandon();
         sends_.clear();
       }
     }
     connection_.reset();
-    if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), false);
+    if (ring_ != nullptr) sender_->ReturnRegion(std::move(ring_), false);
   }
 
   absl::Status Start() {
@@ -79,85 +81,75 @@ class UcxKvPushStream : public KvPushStream {
     *msg.mutable_header() = header_;
     pb::KvUcxSource* src = msg.mutable_header()->mutable_ucx();
     src->set_tag_prefix(tag_prefix_);
-    src->set_memory_type(
-        std::string(UcxMemoryTypeName(region_->memory_type())));
+    src->set_memory_type(std::string(UcxMemoryTypeName(ring_->memory_type())));
     src->set_worker_address(sender_->worker()->address());
-    return Check(call_.Write(msg));
+    return Fail(call_.Write(msg));
   }
 
   absl::Status Send(pb::KvChunk chunk) override {
-    if (KvPushStream* f = fallback()) return f->Send(std::move(chunk));
+    if (!error_.ok()) return error_;
     const int index = chunks_sent_++;
     if (faults_.stop_after_chunks >= 0 && index >= faults_.stop_after_chunks) {
       stalled_ = true;  // test-only: the push never completes
       return absl::OkStatus();
     }
     const int64_t n = static_cast<int64_t>(chunk.data().size());
-    if (n > region_->size() - offset_ ||
+    if (n > slot_bytes_ ||
         index > static_cast<int>(UcxKvReceiver::kChunkMask)) {
-      return Check(absl::InternalError(absl::StrCat(
-          "KV chunk of ", n, " bytes overflows the UCX export region (",
-          offset_, " of ", region_->size(), " bytes used, ", index,
-          " chunks)")));
+      return Fail(absl::InternalError(
+          absl::StrCat("KV chunk ", index, " of ", n,
+                       " bytes does not fit a UCX slot of ", slot_bytes_)));
     }
-    char* dst = region_->data() + offset_;
-    std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
-    if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
-    pb::KvChunkRef ref;
-    ref.set_layer(chunk.layer());
-    ref.set_token_begin(chunk.token_begin());
-    ref.set_token_end(chunk.token_end());
-    ref.set_offset(offset_);
-    ref.set_length(n);
-    ref.set_xxh3(chunk.xxh3());
-    ref.set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
-    sent_.push_back(ref);
-    pb::KvPushMessage msg;
-    *msg.mutable_chunk_ref() = ref;
-    // The reference first: D learns of every message P sent as long as the
-    // stream lives (and discards the rest once it failed).
-    if (absl::Status s = Check(call_.Write(msg)); !s.ok() || fallback()) {
-      return s;
-    }
-    auto op = sender_->worker()->Send(*connection_, *region_, offset_, n,
-                                      ref.ucx_tag());
-    offset_ += n;
-    if (!op.ok()) return Check(op.status());
-    sends_.push_back(*std::move(op));
-    // Bound the sends in flight (D receives them in order).
-    while (static_cast<int>(sends_.size()) > kMaxInFlight) {
+    // The slot's previous chunk (kSlots back) must have reached D.
+    while (static_cast<int>(sends_.size()) >= UcxKvSender::kSlots) {
       if (!sends_.front().Wait(absl::Milliseconds(100))) {
         if (Cancelled() || absl::Now() > deadline_) {
-          return Check(absl::DeadlineExceededError(
+          return Fail(absl::DeadlineExceededError(
               "UCX send not received by the decode worker"));
         }
         continue;
       }
       absl::Status s = sends_.front().status();
       sends_.pop_front();
-      if (!s.ok()) return Check(s);
+      if (!s.ok()) return Fail(s);
     }
+    const int64_t offset = (index % UcxKvSender::kSlots) * slot_bytes_;
+    char* dst = ring_->data() + offset;
+    std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
+    if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
+    pb::KvPushMessage msg;
+    pb::KvChunkRef* ref = msg.mutable_chunk_ref();
+    ref->set_layer(chunk.layer());
+    ref->set_token_begin(chunk.token_begin());
+    ref->set_token_end(chunk.token_end());
+    ref->set_offset(offset);
+    ref->set_length(n);
+    ref->set_xxh3(chunk.xxh3());
+    ref->set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
+    const uint64_t tag = ref->ucx_tag();
+    // The reference first: D learns of every message P sent as long as the
+    // stream lives (and discards the rest once it failed).
+    if (absl::Status s = Fail(call_.Write(msg)); !s.ok()) return s;
+    auto op = sender_->worker()->Send(*connection_, *ring_, offset, n, tag);
+    if (!op.ok()) return Fail(op.status());
+    sends_.push_back(*std::move(op));
     return absl::OkStatus();
   }
 
   absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
-    if (KvPushStream* f = fallback()) return f->Commit(commit);
-    if (stalled_) return Check(call_.FinishWithoutCommit());
+    if (!error_.ok()) return error_;
+    if (stalled_) return Fail(call_.FinishWithoutCommit());
     pb::KvPushMessage msg;
     *msg.mutable_commit() = commit;
     auto ack = call_.Finish(msg);
-    if (!ack.ok()) {
-      absl::Status s = Check(ack.status());
-      if (!s.ok()) return s;
-      return fallback()->Commit(commit);  // refused: went to the fallback
-    }
+    if (!ack.ok()) return Fail(ack.status());
     // D acknowledged after receiving every message: the sends are done
     // (their completions may trail a moment).
     committed_ = true;
     std::unique_ptr<UcxRegion> done;
     if (SendsDone(absl::Seconds(10))) {
       absl::MutexLock lock(&mu_);
-      if (!cancelled_) done = std::move(region_);
+      if (!cancelled_) done = std::move(ring_);
     }
     if (done != nullptr) sender_->ReturnRegion(std::move(done), true);
     return KvPushResult{ack->bytes_received(), ack->transfer_seconds(), "ucx"};
@@ -167,14 +159,9 @@ class UcxKvPushStream : public KvPushStream {
     absl::MutexLock lock(&mu_);
     cancelled_ = true;
     call_.Cancel();
-    if (fallback_ != nullptr) fallback_->Cancel();
   }
 
  private:
-  KvPushStream* fallback() {
-    absl::MutexLock lock(&mu_);
-    return fallback_.get();
-  }
   bool Cancelled() {
     absl::MutexLock lock(&mu_);
     return cancelled_;
@@ -191,43 +178,13 @@ class UcxKvPushStream : public KvPushStream {
     return true;
   }
 
-  // OK passes. A push D refused because it cannot take it over UCX moves to
-  // the fallback sender when there is one (OK when that worked); any other
-  // error fails the push and forgets the target's answer.
-  absl::Status Check(absl::Status s) {
+  // OK passes; an error fails the push for good (and, unless a
+  // cancellation, forgets the target's answer).
+  absl::Status Fail(absl::Status s) {
     if (s.ok()) return s;
     if (!absl::IsCancelled(s)) sender_->Forget(target_);  // ask D again
-    if (!call_.transport_unusable() || sender_->fallback() == nullptr ||
-        stalled_) {
-      return s;
-    }
-    PDSERVE_LOG_WARNING(
-        "KV push %s: %s cannot take it over UCX (%s); pushing it another way",
-        header_.request_id(), target_, s.ToString());
-    auto opened = sender_->fallback()->Open(target_, header_, deadline_);
-    if (!opened.ok()) return opened.status();
-    for (size_t i = 0; i < sent_.size(); ++i) {
-      pb::KvChunk chunk;
-      chunk.set_layer(sent_[i].layer());
-      chunk.set_token_begin(sent_[i].token_begin());
-      chunk.set_token_end(sent_[i].token_end());
-      chunk.set_data(region_->data() + sent_[i].offset(),
-                     static_cast<size_t>(sent_[i].length()));
-      chunk.set_xxh3(sent_[i].xxh3());
-      if (static_cast<int>(i) == faults_.corrupt_chunk &&
-          !chunk.data().empty()) {
-        // Undo this stream's test-only corruption: the fallback stream
-        // applies its own to the same chunk.
-        (*chunk.mutable_data())[chunk.data().size() / 2] ^= 0x5a;
-      }
-      if (absl::Status st = (*opened)->Send(std::move(chunk)); !st.ok()) {
-        return st;
-      }
-    }
-    absl::MutexLock lock(&mu_);
-    fallback_ = *std::move(opened);
-    if (cancelled_) fallback_->Cancel();
-    return absl::OkStatus();
+    if (error_.ok()) error_ = s;
+    return error_;
   }
 
   UcxKvSender* const sender_;
@@ -236,20 +193,19 @@ class UcxKvPushStream : public KvPushStream {
   const absl::Time deadline_;
   const KvFaultInjection faults_;
   const uint64_t tag_prefix_;
+  const int64_t slot_bytes_;
   // Held until a successful commit hands it back to the pool (under mu_);
   // otherwise the destructor returns it for quarantine. Read without the
   // lock by the driving thread, which alone moves it.
-  std::unique_ptr<UcxRegion> region_;
+  std::unique_ptr<UcxRegion> ring_;
   std::unique_ptr<UcxConnection> connection_;
   KvPushCall call_;
-  std::deque<UcxSendOp> sends_;       // outstanding, oldest first
-  std::vector<pb::KvChunkRef> sent_;  // for a fallback replay
-  int64_t offset_ = 0;
+  std::deque<UcxSendOp> sends_;  // outstanding, oldest first
+  absl::Status error_;
   int chunks_sent_ = 0;
   bool stalled_ = false;
   bool committed_ = false;
   absl::Mutex mu_;
-  std::unique_ptr<KvPushStream> fallback_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -418,18 +374,20 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
   }
   auto layout = LayoutFromProto(header.layout());
   if (!layout.ok()) return layout.status();
-  const int64_t bytes = layout->BytesPerTokenPerLayer() * header.num_tokens() *
-                        layout->num_layers;
-  auto region = TakeRegion(bytes);
-  if (!region.ok()) {
-    if (fallback_ == nullptr) return region.status();
+  // The largest chunk ChunkTokenRanges cuts, rounded to 64 bytes.
+  const int64_t slot_bytes =
+      (std::max(kKvChunkTargetBytes, layout->BytesPerTokenPerLayer()) + 63) /
+      64 * 64;
+  auto ring = TakeRegion(slot_bytes * kSlots);
+  if (!ring.ok()) {
+    if (fallback_ == nullptr) return ring.status();
     PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
-                        region.status().ToString());
+                        ring.status().ToString());
     return fallback_->Open(target, header, deadline);
   }
-  auto stream = std::make_unique<UcxKvPushStream>(this, target, header,
-                                                  deadline, *std::move(region),
-                                                  *std::move(connection));
+  auto stream = std::make_unique<UcxKvPushStream>(
+      this, target, header, deadline, slot_bytes, *std::move(ring),
+      *std::move(connection));
   absl::Status s = stream->Start();
   if (!s.ok()) return s;
   return stream;

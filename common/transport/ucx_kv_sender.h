@@ -1,21 +1,21 @@
 // The prefill worker's side of the UCX KV transport. A push takes an export
-// region (host memory registered with UCX once and pooled, at least the whole
-// prompt's KV), writes each sealed chunk into it as its layer finishes,
-// announces it on the KvTransfer.Push call (KvChunkRef: layer, tokens,
-// length, XXH3, tag) and sends it from the region as a tagged UCX message to
-// the decode worker's UCX worker (address from its Describe; one endpoint
-// per decode worker, cached), which receives it into a landing buffer
-// (ucx_kv_receiver.h). Tagged rendezvous is what UCX 1.13 moves with one CMA
+// ring (kSlots chunk-sized slots of host memory registered with UCX once and
+// pooled), copies each sealed chunk into the next slot as its layer
+// finishes, announces it on the KvTransfer.Push call (KvChunkRef: layer,
+// tokens, length, XXH3, tag) and sends it from the slot as a tagged UCX
+// message to the decode worker's UCX worker (address from its Describe; one
+// endpoint per decode worker, cached), which receives it into a landing
+// buffer (ucx_kv_receiver.h). A slot is reused once its send completed (D
+// has the bytes). Tagged rendezvous is what UCX 1.13 moves with one CMA
 // copy over shared memory and RDMA reads between hosts (its one-sided get
 // and put over shared memory go through active-message copies: see
-// DESIGN.md). The region returns to the pool after D's acknowledgement; a
-// failed push's region after its sends ended (D discards what it no longer
+// DESIGN.md). The ring returns to the pool after D's acknowledgement; a
+// failed push's ring after its sends ended (D discards what it no longer
 // wants; if they do not end, the decode worker is presumed gone and the
 // endpoint is closed) and a quarantine. UcxKvSender picks UCX per decode
-// worker (its Describe names a UCX worker); otherwise, or when D refuses the
-// push before any sink exists, the push goes to `fallback` (auto mode) or
-// fails (--kv_transport=ucx). Thread-safe; streams follow KvPushStream's
-// rules.
+// worker (its Describe names a UCX worker this worker can reach); otherwise
+// the push goes to `fallback` (auto mode) or fails (--kv_transport=ucx).
+// Thread-safe; streams follow KvPushStream's rules.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 
@@ -38,6 +38,8 @@ namespace pdserve::transport {
 class UcxKvSender : public KvSender {
  public:
   static constexpr int kMaxPooled = 4;
+  // Chunk slots of a push's ring: the sends one push has in flight at most.
+  static constexpr int kSlots = 8;
   struct Options {
     // Unused pooled regions are unregistered after this long.
     absl::Duration pool_idle = absl::Seconds(10);
@@ -73,7 +75,7 @@ class UcxKvSender : public KvSender {
   // Drops the cached answer for `target` (after a failed push).
   void Forget(const std::string& target);
 
-  // A registered region of at least `bytes`: the smallest reusable pooled
+  // A registered ring of at least `bytes`: the smallest reusable pooled
   // one not more than twice as large (or than kRegionRound), else a new one.
   absl::StatusOr<std::unique_ptr<UcxRegion>> TakeRegion(int64_t bytes);
   // Back to the pool; `clean`: D acknowledged the push (reusable at once).
