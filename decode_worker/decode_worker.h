@@ -32,7 +32,7 @@ struct DecodeWorkerOptions {
   SchedulerOptions scheduler;
   absl::Duration kv_lease = absl::Seconds(5);
   // Which KV transports pushes may use (--kv_transport): auto and ucx start
-  // a UCX worker, auto and shm accept shared-memory segments.
+  // a UCX worker.
   transport::KvTransportMode kv_transport = transport::KvTransportMode::kAuto;
   // Test-only: one token per message, this long apart (slow streams for
   // failure tests). Zero = off.

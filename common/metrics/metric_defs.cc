@@ -82,8 +82,7 @@ constexpr MetricDef kDefs[] = {
     {"pdserve_kv_pushes_total", kC, "prefill", "transport", "pushes",
      "KV pushes acknowledged by decode workers, by transport: ucx (bytes "
      "sent with UCX from this worker's registered memory: RDMA, shared "
-     "memory or TCP), shm (bytes in a shared-memory "
-     "segment, same host) or grpc (bytes in the gRPC stream)."},
+     "memory or TCP) or grpc (bytes in the gRPC stream)."},
     {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
      "KV pushes that did not complete, by reason (the lower-case status "
      "code name; cancelled: the router or the client aborted the request). "
@@ -103,10 +102,10 @@ constexpr MetricDef kDefs[] = {
      "decode worker it pushes to: closed on a UCX endpoint error, after a "
      "failed push, or after 30 s unused)."},
     {"pdserve_kv_ucx_registered_bytes", kG, "prefill|decode", "role", "bytes",
-     "Memory registered with UCX: a prefill worker's pooled export regions, "
+     "Memory registered with UCX: a prefill worker's pooled export rings, "
      "a decode worker's landing buffers (registered once, reused)."},
     {"pdserve_kv_ucx_transfers", kG, "prefill|decode", "role", "pushes",
-     "KV pushes holding UCX resources now (prefill: an export region; "
+     "KV pushes holding UCX resources now (prefill: an export ring; "
      "decode: a landing buffer)."},
     {"pdserve_kv_ucx_endpoint_errors_total", kC, "prefill|decode", "role",
      "errors",
@@ -130,7 +129,7 @@ constexpr MetricDef kDefs[] = {
      "counted here; that of a colocated request is)."},
     {"pdserve_kv_received_bytes_total", kC, "decode", "transport", "bytes",
      "KV cache payload bytes received and verified from prefill workers, by "
-     "transport (ucx, shm, grpc)."},
+     "transport (ucx, grpc)."},
     {"pdserve_decode_admission_wait_seconds", kH, "decode", "", "seconds",
      "KV complete and claimed by the router to submission into the "
      "continuous batch (the decode_admission stage)."},

@@ -40,7 +40,7 @@ void KvPoolMetrics::Set(int64_t used_blocks, int64_t total_blocks) {
                               : 0.0);
 }
 
-constexpr const char* kTransports[] = {"grpc", "shm", "ucx"};
+constexpr const char* kTransports[] = {"grpc", "ucx"};
 
 UcxTransportMetrics::UcxTransportMetrics(prometheus::Registry& registry,
                                          absl::string_view role)

@@ -78,7 +78,7 @@ class PrefillMetrics {
   // One forward pass over `sequences` prompts with `tokens` new tokens.
   void ObserveBatch(int64_t sequences, int64_t tokens);
   // A push acknowledged by the decode worker: payload bytes, first byte sent
-  // to last ack, transport ("grpc" | "shm" | "ucx"). Adds bytes by
+  // to last ack, transport ("grpc" | "ucx"). Adds bytes by
   // transport, observes seconds and bytes/seconds, counts the push by
   // transport.
   void PushSucceeded(int64_t bytes, double seconds,
@@ -116,7 +116,7 @@ class DecodeMetrics {
   // Tokens streamed to the router.
   void AddGeneratedTokens(int64_t tokens);
   // A push completely received and verified: payload bytes, transport
-  // ("grpc" | "shm" | "ucx").
+  // ("grpc" | "ucx").
   void KvPushReceived(int64_t bytes, const std::string& transport = "grpc");
   // KV complete and claimed -> admitted into the batch.
   void ObserveAdmissionWait(double seconds);

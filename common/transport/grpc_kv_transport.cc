@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
-#include "common/transport/shm_kv_transport.h"
 #include "common/util/logging.h"
 #include "grpcpp/client_context.h"
 
@@ -30,9 +29,6 @@ absl::Status KvPushCall::FinishWithError(absl::Status if_ok) {
   grpc::Status s = writer_->Finish();
   finished_ = true;
   error_ = s.ok() ? std::move(if_ok) : FromGrpcStatus(s);
-  const auto& trailers = context_.GetServerTrailingMetadata();
-  transport_unusable_ =
-      trailers.find(kTransportUnusableMetadataKey) != trailers.end();
   return error_;
 }
 
@@ -154,54 +150,23 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
 
 KvTransferService::KvTransferService(KvSinkFactory* factory,
                                      KvReceiveOptions options)
-    : factory_(factory), ucx_(options.ucx) {
-  if (!options.accept_shm) return;
-  if (int n = SweepStaleShmSegments(absl::Seconds(10)); n > 0) {
-    PDSERVE_LOG_INFO(
-        "removed %d stale shared-memory segments of dead "
-        "processes",
-        n);
-  }
-  auto probe = ShmProbe::Create();
-  if (probe.ok()) {
-    probe_ = *std::move(probe);
-  } else {
-    PDSERVE_LOG_WARNING(
-        "no shared-memory KV transport (KV arrives over gRPC): %s",
-        probe.status().ToString());
-  }
-}
+    : factory_(factory), ucx_(options.ucx) {}
 
 grpc::Status KvTransferService::Describe(grpc::ServerContext*,
                                          const pb::KvDescribeRequest*,
                                          pb::KvDescribeResponse* response) {
-  if (probe_ != nullptr) {
-    response->set_shm_probe_name(probe_->name());
-    response->set_shm_probe_nonce(probe_->nonce());
-  }
   if (ucx_ != nullptr) ucx_->Describe(response);
   return grpc::Status::OK;
 }
 
 absl::StatusOr<std::unique_ptr<KvChunkSource>> KvTransferService::OpenSource(
-    const pb::KvHeader& header, int64_t expected_bytes,
-    bool* transport_unusable) {
-  absl::StatusOr<std::unique_ptr<KvChunkSource>> source = nullptr;
-  if (header.has_shm() && header.has_ucx()) {
-    return absl::InvalidArgumentError(
-        "KV header: both a shared-memory segment and a UCX region");
-  }
-  if (header.has_shm()) {
-    source = OpenShmChunkSource(header.shm(), expected_bytes);
-    if (!source.ok()) counters_.shm_unusable.fetch_add(1);
-  } else if (header.has_ucx()) {
-    source = ucx_ != nullptr ? ucx_->Open(header.ucx())
-                             : absl::FailedPreconditionError(
-                                   "this decode worker accepts no UCX pushes");
-    if (!source.ok()) counters_.ucx_unusable.fetch_add(1);
-  }
-  *transport_unusable =
-      !source.ok() && !absl::IsInvalidArgument(source.status());
+    const pb::KvHeader& header) {
+  if (!header.has_ucx()) return nullptr;
+  absl::StatusOr<std::unique_ptr<KvChunkSource>> source =
+      ucx_ != nullptr ? ucx_->Open(header.ucx())
+                      : absl::FailedPreconditionError(
+                            "this decode worker accepts no UCX pushes");
+  if (!source.ok()) counters_.ucx_unusable.fetch_add(1);
   return source;
 }
 
@@ -231,16 +196,12 @@ grpc::Status KvTransferService::Push(
     return ToGrpcStatus(s);
   }
   KvCoverage coverage(factory_->layout(), header.num_tokens());
-  // Out-of-band bytes (shared memory, UCX): opened before any sink exists,
-  // so that a transport this process cannot use lets P push another way.
-  // Released when this call ends, before P sees the ack and reuses them.
-  bool unusable = false;
-  auto source = OpenSource(header, coverage.expected_bytes(), &unusable);
+  // UCX: a landing buffer, taken before any sink exists and returned when
+  // this call ends.
+  auto source = OpenSource(header);
   if (!source.ok()) {
     PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
                         source.status().ToString());
-    if (unusable)
-      context->AddTrailingMetadata(kTransportUnusableMetadataKey, "1");
     abandon();
     return ToGrpcStatus(source.status());
   }
@@ -251,7 +212,6 @@ grpc::Status KvTransferService::Push(
     return ToGrpcStatus(sink.status());
   }
   counters_.pushes.fetch_add(1);
-  if (header.has_shm()) counters_.shm_pushes.fetch_add(1);
   if (header.has_ucx()) counters_.ucx_pushes.fetch_add(1);
   auto fail = [&](absl::Status st) {
     if (*source != nullptr) (*source)->Failed(st);
@@ -268,15 +228,12 @@ grpc::Status KvTransferService::Push(
                             "gone?)"));
     }
     if (msg.has_chunk() || msg.has_chunk_ref()) {
-      // Both kinds are verified and sunk by the same code. A referenced
-      // chunk is read where its source puts it: in place in shared memory
-      // (P wrote it before sending its reference and never touches it
-      // again), or in a landing buffer a UCX get filled. The checksum guards
-      // against corruption, as on the wire, not against a hostile P, which
-      // could send any bytes.
+      // Both kinds are verified and sunk by the same code; a referenced
+      // chunk's bytes are in the landing buffer its UCX message filled. The
+      // checksum guards against corruption, as on the wire, not against a
+      // hostile P, which could send any bytes.
       absl::StatusOr<KvChunkView> chunk = absl::InvalidArgumentError(
-          "KV push: chunk reference without a shared-memory segment or UCX "
-          "region");
+          "KV push: chunk reference in a push without UCX");
       if (msg.has_chunk()) {
         chunk = KvChunkView::Of(msg.chunk());
       } else if (*source != nullptr) {

@@ -1,11 +1,10 @@
 // KV transport over gRPC: GrpcKvSender pushes with KvTransfer.Push
 // (client-streaming, P -> D) over cached channels; KvTransferService is the
 // decode worker's receiving service, verifying every chunk before handing it
-// to a KvSink, for chunks sent inline and for chunks referenced in a
-// shared-memory segment (shm_kv_transport.h) or a UCX export region
-// (ucx_kv_receiver.h). KvPushCall is one Push call, the control channel every
-// sender shares. Senders and the service are thread-safe; a KvPushCall is
-// driven by one thread (Cancel: any thread).
+// to a KvSink, for chunks sent inline and for chunks whose bytes come as UCX
+// messages (ucx_kv_receiver.h). KvPushCall is one Push call, the control
+// channel every sender shares. Senders and the service are thread-safe; a
+// KvPushCall is driven by one thread (Cancel: any thread).
 #ifndef PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 
@@ -17,19 +16,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/kv_transport.h"
-#include "common/transport/shm_segment.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 
 namespace pdserve::transport {
-
-// Trailing-metadata key D sets when it refuses a push because it cannot reach
-// the push's out-of-band bytes (open its shared-memory segment, connect to
-// P's UCX worker): nothing reached a sink, so P may push them another way.
-inline constexpr char kTransportUnusableMetadataKey[] =
-    "pdserve-kv-transport-unusable";
 
 // One KvTransfer.Push call, client side.
 class KvPushCall {
@@ -45,8 +37,6 @@ class KvPushCall {
   // Waits for D to end the call without sending anything more (test stalls).
   absl::Status FinishWithoutCommit();
   void Cancel() { context_.TryCancel(); }
-  // After an error: D could not reach the push's out-of-band bytes.
-  bool transport_unusable() const { return transport_unusable_; }
 
  private:
   absl::Status FinishWithError(absl::Status if_ok);
@@ -57,7 +47,6 @@ class KvPushCall {
   std::unique_ptr<grpc::ClientWriter<pb::KvPushMessage>> writer_;
   absl::Status error_;
   bool finished_ = false;
-  bool transport_unusable_ = false;
 };
 
 class GrpcKvSender : public KvSender {
@@ -87,20 +76,15 @@ class GrpcKvSender : public KvSender {
 // Counters of the receiving side, readable at any time.
 struct KvReceiveCounters {
   std::atomic<int64_t> pushes{0};
-  std::atomic<int64_t> shm_pushes{0};    // of `pushes`: through shared memory
-  std::atomic<int64_t> ucx_pushes{0};    // of `pushes`: read with UCX
-  std::atomic<int64_t> shm_unusable{0};  // segments D could not open
-  std::atomic<int64_t> ucx_unusable{0};  // UCX regions D could not attach
+  std::atomic<int64_t> ucx_pushes{0};    // of `pushes`: bytes over UCX
+  std::atomic<int64_t> ucx_unusable{0};  // UCX pushes D could not take
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> checksum_failures{0};
   std::atomic<int64_t> refused{0};
 };
 
-// Which out-of-band transports a receiving service accepts.
+// What a receiving service accepts besides inline chunks.
 struct KvReceiveOptions {
-  // Creates the shared-memory probe that Describe advertises (without one,
-  // or if it cannot be created, P pushes another way).
-  bool accept_shm = true;
   // Accepts UCX pushes (Describe advertises its worker); null: none. Must
   // outlive the service.
   UcxKvReceiver* ucx = nullptr;
@@ -120,15 +104,12 @@ class KvTransferService final : public pb::KvTransfer::Service {
   const KvReceiveCounters& counters() const { return counters_; }
 
  private:
-  // The push's out-of-band bytes named in its header (null: inline only);
-  // on error `transport_unusable` says P may push them another way.
+  // Where the push's chunk references point (null: inline only).
   absl::StatusOr<std::unique_ptr<KvChunkSource>> OpenSource(
-      const pb::KvHeader& header, int64_t expected_bytes,
-      bool* transport_unusable);
+      const pb::KvHeader& header);
 
   KvSinkFactory* const factory_;
-  std::unique_ptr<ShmProbe> probe_;  // null: no shared-memory pushes
-  UcxKvReceiver* const ucx_;         // null: no UCX pushes
+  UcxKvReceiver* const ucx_;  // null: no UCX pushes
   KvReceiveCounters counters_;
 };
 

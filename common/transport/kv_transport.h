@@ -1,9 +1,8 @@
 // The KV transport interface: how a prefill worker pushes one sequence's KV
 // to a decode worker (KvSender / KvPushStream) and how a decode worker
 // consumes pushes (KvSink). gRPC client-streaming is one implementation
-// (grpc_kv_transport.h); the same-host shared-memory transport
-// (shm_kv_transport.h) and UCX (ucx_kv_sender.h, ucx_kv_receiver.h)
-// implement the same interfaces, with gRPC as their control stream. KvSender
+// (grpc_kv_transport.h); UCX (ucx_kv_sender.h, ucx_kv_receiver.h)
+// implements the same interfaces, with gRPC as its control stream. KvSender
 // implementations are thread-safe; a KvPushStream is driven by one thread,
 // except Cancel(), which any thread may call.
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
@@ -24,7 +23,7 @@ namespace pdserve::transport {
 struct KvPushResult {
   int64_t bytes = 0;               // KV payload bytes acknowledged by D
   double transfer_seconds = 0;     // measured by D
-  std::string transport = "grpc";  // "grpc" | "shm" | "ucx": how the bytes went
+  std::string transport = "grpc";  // "grpc" | "ucx": how the bytes went
 };
 
 // One sequence's push. Send chunks in per-layer token order, then Commit.
@@ -45,9 +44,6 @@ struct KvFaultInjection {
   int corrupt_chunk = -1;  // flip a byte of this chunk (0-based), after sealing
   int stop_after_chunks =
       -1;  // send this many chunks, then stall until cancelled
-  // Shared memory: unlink the segment before D opens it (D cannot open it:
-  // the push falls back to gRPC in auto mode).
-  bool unlink_shm_segment = false;
 };
 
 class KvSender {
@@ -79,16 +75,16 @@ class KvSink {
   virtual void OnChecksumFailure() {}
 };
 
-// D: where the bytes of a push's chunk references (pb::KvChunkRef) are: a
-// shared-memory segment P wrote, or P's UCX export region, read into a
-// landing buffer. Driven by the push's handler thread.
+// D: where the bytes of a push's chunk references (pb::KvChunkRef) are: UCX
+// messages from P, received into a landing buffer. Driven by the push's
+// handler thread.
 class KvChunkSource {
  public:
   virtual ~KvChunkSource() = default;
   // The chunk `ref` names; its bytes are valid until the next Fetch or the
-  // source's destruction. INVALID_ARGUMENT for a reference outside the
-  // buffer; `cancelled` (the push stream broke or was cancelled) may end a
-  // slow fetch (CANCELLED).
+  // source's destruction. INVALID_ARGUMENT for a malformed reference;
+  // `cancelled` (the push stream broke or was cancelled) may end a slow
+  // fetch (CANCELLED).
   virtual absl::StatusOr<KvChunkView> Fetch(
       const pb::KvChunkRef& ref, const std::function<bool()>& cancelled) = 0;
   // The push failed with `status` (P may be gone): drop what connects this

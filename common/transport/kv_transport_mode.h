@@ -8,10 +8,10 @@
 
 namespace pdserve::transport {
 
-// auto: UCX when both workers have it, else shared memory on one host, else
-// gRPC; ucx / shm: that transport or fail the push; grpc: bytes inline in
-// the gRPC stream.
-enum class KvTransportMode { kAuto, kUcx, kShm, kGrpc };
+// auto: UCX when both workers have it (RDMA, shared memory or TCP, as UCX
+// picks), else gRPC; ucx: UCX or fail the push; grpc: bytes inline in the
+// gRPC stream.
+enum class KvTransportMode { kAuto, kUcx, kGrpc };
 absl::StatusOr<KvTransportMode> ParseKvTransportMode(absl::string_view name);
 
 }  // namespace pdserve::transport

@@ -10,10 +10,14 @@ namespace pdserve::transport {
 absl::StatusOr<KvTransportMode> ParseKvTransportMode(absl::string_view name) {
   if (name == "auto") return KvTransportMode::kAuto;
   if (name == "ucx") return KvTransportMode::kUcx;
-  if (name == "shm") return KvTransportMode::kShm;
+  if (name == "shm") {
+    return absl::InvalidArgumentError(
+        "--kv_transport=shm is gone: UCX moves KV through shared memory on "
+        "one host (--kv_transport=ucx or auto)");
+  }
   if (name == "grpc") return KvTransportMode::kGrpc;
   return absl::InvalidArgumentError(absl::StrCat(
-      "--kv_transport must be auto, ucx, shm or grpc, not '", name, "'"));
+      "--kv_transport must be auto, ucx or grpc, not '", name, "'"));
 }
 
 namespace {
@@ -68,10 +72,6 @@ absl::StatusOr<std::unique_ptr<KvSendTransports>> KvSendTransports::Create(
   std::unique_ptr<KvSendTransports> t(new KvSendTransports());
   t->grpc_ = std::make_unique<GrpcKvSender>(std::move(creds), faults);
   t->sender_ = t->grpc_.get();
-  if (mode == KvTransportMode::kAuto || mode == KvTransportMode::kShm) {
-    t->shm_ = std::make_unique<ShmKvSender>(t->grpc_.get(), mode);
-    t->sender_ = t->shm_.get();
-  }
   auto worker = MaybeUcx(mode);
   if (!worker.ok()) return worker.status();
   if (*worker != nullptr) {
@@ -87,7 +87,6 @@ absl::StatusOr<std::unique_ptr<KvSendTransports>> KvSendTransports::Create(
 KvSendTransports::~KvSendTransports() {
   // Senders before the worker that registered their regions.
   ucx_.reset();
-  shm_.reset();
   worker_.reset();
 }
 
@@ -112,8 +111,6 @@ KvReceiveTransports::~KvReceiveTransports() {
 
 KvReceiveOptions KvReceiveTransports::options() const {
   KvReceiveOptions o;
-  o.accept_shm =
-      mode_ == KvTransportMode::kAuto || mode_ == KvTransportMode::kShm;
   o.ucx = ucx_.get();
   return o;
 }

@@ -1,9 +1,8 @@
 // What --kv_transport builds. KvSendTransports is the prefill worker's
-// sender stack: UCX, falling back to same-host shared memory, falling back
-// to gRPC, as the mode allows (gRPC always carries the control stream).
-// KvReceiveTransports is the decode worker's side: which out-of-band
-// transports its KvTransferService accepts and advertises. Each owns the UCX
-// worker it uses; in auto mode a UCX that cannot start is logged and left
+// sender stack: UCX, falling back to gRPC, as the mode allows (gRPC always
+// carries the control stream). KvReceiveTransports is the decode worker's
+// side: whether its KvTransferService accepts and advertises UCX. Each owns the
+// UCX worker it uses; in auto mode a UCX that cannot start is logged and left
 // out. Thread-safe once built.
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORTS_H_
 #define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORTS_H_
@@ -14,7 +13,6 @@
 #include "absl/status/statusor.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_transport_mode.h"
-#include "common/transport/shm_kv_transport.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
@@ -51,7 +49,6 @@ class KvSendTransports {
  private:
   KvSendTransports() = default;
   std::unique_ptr<GrpcKvSender> grpc_;
-  std::unique_ptr<ShmKvSender> shm_;
   std::unique_ptr<UcxWorker> worker_;
   std::unique_ptr<UcxKvSender> ucx_;
   KvSender* sender_ = nullptr;

@@ -62,7 +62,6 @@ std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
 
 const char* KvHeaderTransport(const pb::KvHeader& header) {
   if (header.has_ucx()) return "ucx";
-  if (header.has_shm()) return "shm";
   return "grpc";
 }
 

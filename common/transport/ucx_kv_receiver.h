@@ -1,7 +1,7 @@
 // The decode worker's side of the UCX KV transport: for a push whose header
 // names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
 // KvChunkSource that receives each referenced chunk's tagged message (sent
-// by P from its registered export region) into a landing buffer registered
+// by P from its registered export ring) into a landing buffer registered
 // once and reused (UcxLandingPool). The bytes are then verified and imported
 // by KvTransferService exactly like inline gRPC chunks. What P sent for a
 // push that failed here is received and discarded for a while (UCX cannot

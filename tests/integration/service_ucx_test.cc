@@ -126,11 +126,9 @@ TEST_P(UcxServiceTest, AutoPicksUcxAndMatchesGrpcAndTheReference) {
   EXPECT_EQ(Metric(ucx->prefill(0), "pdserve_kv_pushes_total",
                    {{"transport", "ucx"}}),
             p->kv_pushes_ok());
-  for (const char* other : {"grpc", "shm"}) {
-    EXPECT_EQ(Metric(ucx->prefill(0), "pdserve_kv_pushes_total",
-                     {{"transport", other}}),
-              0);
-  }
+  EXPECT_EQ(Metric(ucx->prefill(0), "pdserve_kv_pushes_total",
+                   {{"transport", "grpc"}}),
+            0);
   const double pushed = Metric(ucx->prefill(0), "pdserve_kv_pushed_bytes_total",
                                {{"transport", "ucx"}});
   EXPECT_EQ(pushed, p->kv_bytes_pushed());

@@ -347,7 +347,7 @@ TEST_P(UcxPushTest, CancelMidPushAbortsTheSinkAndReleasesEverything) {
 // D takes no UCX pushes: auto mode pushes over the fallback, ucx mode fails.
 TEST_P(UcxPushTest, DecodeWorkerWithoutUcxGetsTheFallback) {
   RecordingFactory plain_factory;
-  KvTransferService plain(&plain_factory, KvReceiveOptions{false, nullptr});
+  KvTransferService plain(&plain_factory, KvReceiveOptions{nullptr});
   ServerOptions opts;
   opts.address = "127.0.0.1:0";
   opts.services = {&plain};
@@ -385,7 +385,7 @@ class UcxUnreachableTest : public GrpcTransportTest {
   KvReceiveOptions ReceiveOptions() override {
     d_worker_ = WorkerWithTls("sm");
     receiver_ = std::make_unique<UcxKvReceiver>(d_worker_.get(), 1 << 20);
-    return KvReceiveOptions{false, receiver_.get()};
+    return KvReceiveOptions{receiver_.get()};
   }
   std::unique_ptr<UcxWorker> d_worker_;
   std::unique_ptr<UcxKvReceiver> receiver_;
@@ -416,9 +416,9 @@ TEST_F(UcxUnreachableTest, PushGoesToTheFallback) {
 // --kv_transport builds the sender stack it names.
 TEST(KvTransportsTest, ModesBuildTheirStacks) {
   EXPECT_FALSE(ParseKvTransportMode("rdma").ok());
+  EXPECT_FALSE(ParseKvTransportMode("shm").ok());  // removed: UCX does it
   for (auto [name, ucx] : {std::pair<const char*, bool>{"auto", true},
                            {"ucx", true},
-                           {"shm", false},
                            {"grpc", false}}) {
     auto mode = ParseKvTransportMode(name);
     ASSERT_TRUE(mode.ok()) << name;
@@ -429,8 +429,6 @@ TEST(KvTransportsTest, ModesBuildTheirStacks) {
     auto recv = KvReceiveTransports::Create(*mode, 1 << 20);
     ASSERT_TRUE(recv.ok()) << name;
     EXPECT_EQ((*recv)->options().ucx != nullptr, ucx) << name;
-    EXPECT_EQ((*recv)->options().accept_shm,
-              std::string(name) == "auto" || std::string(name) == "shm");
   }
 }
 

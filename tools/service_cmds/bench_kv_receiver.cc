@@ -73,11 +73,9 @@ struct Service {
 };
 
 absl::StatusOr<std::unique_ptr<Service>> StartService(
-    transport::KvSinkFactory* factory, bool shm, bool ucx,
-    const std::string& tls) {
+    transport::KvSinkFactory* factory, bool ucx, const std::string& tls) {
   auto s = std::make_unique<Service>();
   transport::KvReceiveOptions o;
-  o.accept_shm = shm;
   if (ucx) {
     if (tls.empty()) {
       unsetenv("UCX_TLS");
@@ -125,15 +123,15 @@ std::string ReadLine(int fd) {
   const std::string default_tls = env_tls != nullptr ? env_tls : "";
   std::vector<std::unique_ptr<Service>> services;
   std::vector<std::string> ports;
-  for (auto [on, shm, use_ucx, tls] :
-       {std::tuple<bool, bool, bool, std::string>{true, true, false, ""},
-        {ucx, false, true, default_tls},
-        {ucx_tcp, false, true, "tcp"}}) {
+  for (auto [on, use_ucx, tls] :
+       {std::tuple<bool, bool, std::string>{true, false, ""},
+        {ucx, true, default_tls},
+        {ucx_tcp, true, "tcp"}}) {
     if (!on) {
       ports.push_back("0");
       continue;
     }
-    auto s = StartService(&factory, shm, use_ucx, tls);
+    auto s = StartService(&factory, use_ucx, tls);
     if (!s.ok()) {
       WriteLine(fd, absl::StrCat("error ", s.status().ToString()));
       _exit(1);

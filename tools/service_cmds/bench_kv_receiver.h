@@ -1,6 +1,6 @@
 // The receiving side of `pdserve bench-kv-transfer`, in its own process as a
-// decode worker is: KvTransferService instances (inline gRPC and shared
-// memory; UCX with UCX's default transports; UCX with UCX_TLS=tcp) whose sink
+// decode worker is: KvTransferService instances (inline gRPC; UCX with UCX's
+// default transports; UCX with UCX_TLS=tcp) whose sink
 // copies every verified chunk into a destination buffer at its layer/token
 // place, as D's import does. Started by fork() before the parent makes any
 // thread; stopped by the parent (SIGKILL by PID; PR_SET_PDEATHSIG covers a
@@ -22,7 +22,7 @@ inline constexpr char kKvBenchFingerprint[] = "bench-kv-transfer";
 struct KvBenchReceiver {
   pid_t pid = -1;
   int control_fd = -1;  // "verify\n" -> "ok\n" | "differ\n"
-  std::string target;   // grpc + shm
+  std::string target;   // inline gRPC
   std::string ucx_target;
   std::string ucx_tcp_target;
 };

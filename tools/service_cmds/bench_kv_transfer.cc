@@ -1,13 +1,12 @@
 // `pdserve bench-kv-transfer`: loopback bandwidth of one prompt's KV moved
 // from this process to a receiving process (forked: a real
 // KvTransferService whose sink copies every chunk into a destination buffer,
-// as D's import does) (a) by the gRPC KV push, (b) by the shared-memory KV
-// push ("shm" reuses the sender's pooled segment as a busy worker does,
-// "shm-cold" creates a segment per push), (c) by the UCX KV push (D reads
-// each chunk from P's registered region with a UCX get: "ucx" with UCX's
-// default transports, "ucx-tcp" with UCX_TLS=tcp), and, as references,
-// (d) over a plain TCP loopback socket and (e) by memcpy (in this process),
-// and (f) by UCX's own ucx_perftest (two processes; tag_bw, ucp_put_bw and
+// as D's import does) (a) by the gRPC KV push, (b) by the UCX KV push (P
+// sends each chunk as a tagged message from its registered ring, D receives
+// it into its registered landing buffer: "ucx" with UCX's default
+// transports, "ucx-tcp" with UCX_TLS=tcp), and, as references, (c) over a
+// plain TCP loopback socket and (d) by memcpy (in this process), and (e) by
+// UCX's own ucx_perftest (two processes; tag_bw, ucp_put_bw and
 // ucp_get at the pushes' chunk size, default transports and tcp) — the same
 // bytes, in the same run. The paths run in turn, round after round (this
 // machine's bandwidth drifts between runs, so each ratio is taken within a
@@ -37,8 +36,6 @@
 #include "common/model/model_source.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_wire.h"
-#include "common/transport/shm_kv_transport.h"
-#include "common/transport/shm_segment.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
@@ -57,9 +54,8 @@ ABSL_FLAG(int32_t, kv_bench_tokens, 2048,
 ABSL_FLAG(int32_t, kv_bench_repeats, 5,
           "bench-kv-transfer: rounds (every path runs once per round)");
 ABSL_FLAG(std::vector<std::string>, kv_bench_paths,
-          std::vector<std::string>({"memcpy", "tcp", "grpc", "shm", "shm-cold",
-                                    "ucx", "ucx-tcp", "ucx_perftest",
-                                    "ucx_perftest-tcp"}),
+          std::vector<std::string>({"memcpy", "tcp", "grpc", "ucx", "ucx-tcp",
+                                    "ucx_perftest", "ucx_perftest-tcp"}),
           "bench-kv-transfer: what to measure (memcpy always runs: the ratios "
           "need it). ucx_perftest[-tcp] runs tag_bw, ucp_put_bw and ucp_get.");
 
@@ -247,7 +243,6 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     ~StopAtExit() { StopKvBenchReceiver(*r); }
   } stop_rx{&*rx};
   transport::GrpcKvSender grpc(grpc::InsecureChannelCredentials());
-  transport::ShmKvSender shm(&grpc, transport::KvTransportMode::kShm);
   std::map<std::string, std::unique_ptr<UcxSender>> ucx;
   for (const auto& [name, tls] :
        {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
@@ -299,20 +294,6 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
                                          "grpc");
                        }));
   }
-  if (wanted("shm")) {
-    paths.emplace_back("shm", "", pushed([&] {
-                         return PushOnce(shm, rx->target, *layout, tokens, src,
-                                         "shm");
-                       }));
-  }
-  if (wanted("shm-cold")) {
-    // A fresh sender per push: no pooled segment, every push creates one.
-    paths.emplace_back(
-        "shm-cold", "", pushed([&] {
-          transport::ShmKvSender cold(&grpc, transport::KvTransportMode::kShm);
-          return PushOnce(cold, rx->target, *layout, tokens, src, "shm");
-        }));
-  }
   for (const auto& [name, tls] :
        {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
     if (ucx.count(name) == 0) continue;
@@ -358,17 +339,8 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       if (g->cpu_seconds >= 0) p.cpu.push_back(g->cpu_seconds / (bytes / 1e9));
     }
   }
-  // Setup cost of one shared-memory segment per push (shm-cold).
-  double setup_seconds = 1e30;
-  for (int i = 0; i < rounds; ++i) {
-    const double t0 = Now();
-    auto seg = transport::ShmSegment::Create(transport::kShmKvPrefix, bytes);
-    if (!seg.ok()) return Fail(seg.status().ToString());
-    seg->reset();
-    setup_seconds = std::min(setup_seconds, Now() - t0);
-  }
   absl::Status verified = absl::OkStatus();
-  for (const char* push : {"grpc", "shm", "shm-cold", "ucx", "ucx-tcp"}) {
+  for (const char* push : {"grpc", "ucx", "ucx-tcp"}) {
     if (wanted(push)) verified = VerifyKvBenchReceiver(*rx);
     if (wanted(push)) break;
   }
@@ -408,7 +380,6 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
         j["results"][p.name]["ratio_to_reference"] = vs_reference(p);
       }
     }
-    j["shm_segment_setup_seconds"] = setup_seconds;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -435,14 +406,12 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   std::printf(
       "(CPU s/GB: this process's CPU time, both ends of a push, per GB "
       "moved)\n");
-  std::printf("shm segment setup (create+fallocate+map+unlink): %.1f ms\n",
-              setup_seconds * 1e3);
   return 0;
 }
 
 PDSERVE_SUBCOMMAND(
     "bench-kv-transfer",
-    "loopback KV transfer bandwidth: gRPC, shm and UCX pushes, TCP, memcpy, "
+    "loopback KV transfer bandwidth: gRPC and UCX pushes, TCP, memcpy, "
     "ucx_perftest",
     "pdserve bench-kv-transfer [--kv_bench_model=synthetic:llama-110m] "
     "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] "

@@ -6,10 +6,9 @@ ABSL_FLAG(std::string, kv_transport, "auto",
           "prefill and decode: how KV moves from prefill to decode workers: "
           "auto (UCX when both workers have it, which picks the best of its "
           "transports: RDMA, shared memory, TCP; UCX_TLS and UCX_NET_DEVICES "
-          "pin them; else shared memory on one host, else gRPC), ucx, shm "
-          "(that transport or fail the push), or grpc (bytes in the gRPC "
-          "stream). A decode worker accepts the transports its own value "
-          "allows.");
+          "pin them; else gRPC), ucx (UCX or fail the push), or grpc (bytes "
+          "in the gRPC stream). A decode worker accepts UCX unless its own "
+          "value is grpc.");
 
 namespace pdserve {
 
