@@ -65,7 +65,10 @@ DecodeWorker::DecodeWorker(const DecodeWorkerOptions& options)
     : options_(options) {}
 
 DecodeWorker::~DecodeWorker() {
-  // The table frees through the scheduler; the scheduler drives the engine.
+  // The service's pushes end before the transports they read through; the
+  // table frees through the scheduler; the scheduler drives the engine.
+  kv_service_.reset();
+  kv_transports_.reset();
   leases_.reset();
   scheduler_.reset();
   engine_.reset();
@@ -87,8 +90,16 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
   w->leases_ = std::make_unique<KvLeaseTable>(
       w->scheduler_.get(), w->engine_.get(), options.kv_lease, options.metrics);
   w->ExportGauges(w->engine_->free_blocks(), w->engine_->total_blocks());
-  w->kv_service_ =
-      std::make_unique<transport::KvTransferService>(w->leases_.get());
+  // The largest chunk ChunkTokenRanges cuts: kKvChunkTargetBytes, or one
+  // token of one layer if that is more.
+  auto kv = transport::KvReceiveTransports::Create(
+      options.kv_transport,
+      std::max(transport::kKvChunkTargetBytes,
+               w->engine_->kv_layout().BytesPerTokenPerLayer()));
+  if (!kv.ok()) return kv.status();
+  w->kv_transports_ = *std::move(kv);
+  w->kv_service_ = std::make_unique<transport::KvTransferService>(
+      w->leases_.get(), w->kv_transports_->options());
   return w;
 }
 
@@ -338,6 +349,10 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   r->set_kv_bytes_received(c.bytes.load());
   r->set_kv_pushes_received(c.pushes.load());
   r->set_checksum_failures(c.checksum_failures.load());
+  const transport::UcxStats u = kv_transports_->ucx_stats();
+  transport::FillUcxStatus(u, r);
+  options_.metrics->ucx().Set(u.endpoints, u.registered_bytes, u.transfers,
+                              u.endpoint_errors);
   r->set_lease_expiries(leases_->lease_expiries());
   r->set_requests_completed(completed_.load());
   r->set_requests_cancelled(cancelled_.load());

@@ -20,6 +20,7 @@
 #include "common/engine/scheduler.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/transport/grpc_kv_transport.h"
+#include "common/transport/kv_transports.h"
 #include "common/util/cost_fit.h"
 #include "decode_worker/kv_lease_table.h"
 #include "pdserve/v1/worker.grpc.pb.h"
@@ -30,6 +31,9 @@ struct DecodeWorkerOptions {
   EngineOptions engine;
   SchedulerOptions scheduler;
   absl::Duration kv_lease = absl::Seconds(5);
+  // Which KV transports pushes may use (--kv_transport): auto and ucx start
+  // a UCX worker.
+  transport::KvTransportMode kv_transport = transport::KvTransportMode::kAuto;
   // Test-only: one token per message, this long apart (slow streams for
   // failure tests). Zero = off.
   absl::Duration testonly_stream_delay;
@@ -76,6 +80,7 @@ class DecodeWorker final : public pb::Decode::Service,
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<GenerationScheduler> scheduler_;
   std::unique_ptr<KvLeaseTable> leases_;
+  std::unique_ptr<transport::KvReceiveTransports> kv_transports_;
   std::unique_ptr<transport::KvTransferService> kv_service_;
 
   std::atomic<bool> draining_{false};

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/transport/kv_wire.h"
 #include "common/util/logging.h"
 
 namespace pdserve {
@@ -128,6 +129,7 @@ absl::StatusOr<std::unique_ptr<transport::KvSink>> KvLeaseTable::Begin(
   e.ready.spec = header.seq();
   e.deadline = absl::Now() + lease_;
   e.cancel_push = std::move(cancel);
+  e.transport = transport::KvHeaderTransport(header);
   return std::make_unique<Sink>(this, id, e.generation);
 }
 
@@ -191,7 +193,7 @@ absl::Status KvLeaseTable::CommitPush(const std::string& id,
     e.ready.first_token = commit.first_token();
     e.ready.kv_transfer_seconds = seconds;
     e.ready.kv_complete = absl::Now();
-    metrics_->KvPushReceived(e.bytes);
+    metrics_->KvPushReceived(e.bytes, e.transport);
     e.ready.prefill_queue_seconds = commit.prefill_queue_seconds();
     e.ready.prefill_compute_seconds = commit.prefill_compute_seconds();
     e.deadline = absl::Now() + lease_;  // the router must claim it in time

@@ -74,7 +74,8 @@ class KvLeaseTable : public transport::KvSinkFactory {
     bool claimed = false;
     absl::Time deadline;
     std::function<void()> cancel_push;
-    int64_t bytes = 0;  // KV payload imported so far
+    int64_t bytes = 0;               // KV payload imported so far
+    const char* transport = "grpc";  // KvHeaderTransport of the push
   };
 
   // Marks the entry failed and returns the sequence to free (or -1); the

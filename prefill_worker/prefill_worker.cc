@@ -476,6 +476,12 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
   r->set_kv_bytes_pushed(push_counters_.bytes.load());
   r->set_kv_pushes_ok(push_counters_.ok.load());
   r->set_kv_pushes_failed(push_counters_.failed.load());
+  if (options_.ucx_stats) {
+    const transport::UcxStats u = options_.ucx_stats();
+    transport::FillUcxStatus(u, r);
+    options_.metrics->ucx().Set(u.endpoints, u.registered_bytes, u.transfers,
+                                u.endpoint_errors);
+  }
   r->set_requests_completed(completed_.load());
   r->set_requests_cancelled(cancelled_.load());
   r->set_draining(draining_.load());

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "common/engine/engine.h"
 #include "common/metrics/worker_metrics.h"
 #include "common/transport/kv_transport.h"
+#include "common/transport/kv_transports.h"
 #include "common/util/cost_fit.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 #include "prefill_worker/push_pipeline.h"
@@ -51,6 +53,8 @@ struct PrefillWorkerOptions {
   absl::Duration testonly_prefill_delay;
   // Required; must outlive the worker.
   metrics::PrefillMetrics* metrics = nullptr;
+  // What the sender's UCX transport holds (Status, metrics); optional.
+  std::function<transport::UcxStats()> ucx_stats;
 };
 
 class PrefillWorker final : public pb::Prefill::Service,

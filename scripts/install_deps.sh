@@ -22,6 +22,8 @@ BUILD_PACKAGES=(
   libpcre2-dev libutf8proc-dev nlohmann-json3-dev
   # KV checksums
   libxxhash-dev
+  # KV data plane: UCX (UCP API; RDMA, shared memory, TCP)
+  libucx-dev
 )
 TEST_PACKAGES=(
   git clang-format ca-certificates curl
@@ -31,6 +33,8 @@ TEST_PACKAGES=(
   openssl procps util-linux iproute2 prometheus python3
   # GPTQ/AWQ checkpoint tests: the numpy packer (tests/unit/quant_checkpoint_writer.py)
   python3-numpy
+  # bench-kv-transfer: UCX's own ucx_perftest as the reference
+  ucx-utils
   # deployment tests (tests/deploy): podman with runc, a local Debian base
   # image; netavark needs iptables, `podman play kube` needs catatonit (pods'
   # pause process). Both are only "recommended" by podman, hence named here.

@@ -81,17 +81,18 @@ constexpr MetricDef kDefs[] = {
      "tokens",
      "Prompt tokens found in the prefix cache (prefill workers have no "
      "prefix cache yet: 0 there)."},
-    {"pdserve_kv_pushed_bytes_total", kC, "prefill", "", "bytes",
-     "KV cache payload bytes pushed to decode workers (acknowledged)."},
+    {"pdserve_kv_pushed_bytes_total", kC, "prefill", "transport", "bytes",
+     "KV cache payload bytes pushed to decode workers (acknowledged), by "
+     "transport (as pdserve_kv_pushes_total)."},
     {"pdserve_kv_push_seconds", kH, "prefill", "", "seconds",
      "One KV push, first byte sent to last acknowledgement."},
     {"pdserve_kv_push_bandwidth_bytes_per_second", kH, "prefill", "",
      "bytes/second",
      "Achieved bandwidth of one KV push: bytes / push seconds."},
     {"pdserve_kv_pushes_total", kC, "prefill", "transport", "pushes",
-     "KV pushes acknowledged by decode workers, by transport: shm (bytes "
-     "in a shared-memory segment, same host) or grpc (bytes in the gRPC "
-     "stream)."},
+     "KV pushes acknowledged by decode workers, by transport: ucx (bytes "
+     "sent with UCX from this worker's registered memory: RDMA, shared "
+     "memory or TCP) or grpc (bytes in the gRPC stream)."},
     {"pdserve_kv_push_failures_total", kC, "prefill", "reason", "pushes",
      "KV pushes that did not complete, by reason (the lower-case status "
      "code name; cancelled: the router or the client aborted the request). "
@@ -105,6 +106,21 @@ constexpr MetricDef kDefs[] = {
      "counters)."},
     {"pdserve_kv_usage_ratio", kG, "prefill|decode", "role", "ratio",
      "kv_blocks_used / kv_blocks_capacity, 0..1."},
+    // UCX KV transport: both worker roles.
+    {"pdserve_kv_ucx_endpoints", kG, "prefill|decode", "role", "endpoints",
+     "UCX endpoints open to peer workers (a prefill worker keeps one per "
+     "decode worker it pushes to: closed on a UCX endpoint error, after a "
+     "failed push, or after 30 s unused)."},
+    {"pdserve_kv_ucx_registered_bytes", kG, "prefill|decode", "role", "bytes",
+     "Memory registered with UCX: a prefill worker's pooled export rings, "
+     "a decode worker's landing buffers (registered once, reused)."},
+    {"pdserve_kv_ucx_transfers", kG, "prefill|decode", "role", "pushes",
+     "KV pushes holding UCX resources now (prefill: an export ring; "
+     "decode: a landing buffer)."},
+    {"pdserve_kv_ucx_endpoint_errors_total", kC, "prefill|decode", "role",
+     "errors",
+     "UCX endpoint errors: a peer worker died or became unreachable (the "
+     "pushes over that endpoint fail like a broken gRPC stream)."},
     // Decode worker.
     {"pdserve_decode_running_sequences", kG, "decode", "", "sequences",
      "Sequences in the continuous batch."},
@@ -121,8 +137,9 @@ constexpr MetricDef kDefs[] = {
      "Output tokens the decode worker streamed to routers (the first token "
      "of a disaggregated request is sampled by the prefill worker and not "
      "counted here; that of a colocated request is)."},
-    {"pdserve_kv_received_bytes_total", kC, "decode", "", "bytes",
-     "KV cache payload bytes received and verified from prefill workers."},
+    {"pdserve_kv_received_bytes_total", kC, "decode", "transport", "bytes",
+     "KV cache payload bytes received and verified from prefill workers, by "
+     "transport (ucx, grpc)."},
     {"pdserve_decode_admission_wait_seconds", kH, "decode", "", "seconds",
      "KV complete and claimed by the router to submission into the "
      "continuous batch (the decode_admission stage)."},

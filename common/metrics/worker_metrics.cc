@@ -40,6 +40,31 @@ void KvPoolMetrics::Set(int64_t used_blocks, int64_t total_blocks) {
                               : 0.0);
 }
 
+constexpr const char* kTransports[] = {"grpc", "ucx"};
+
+UcxTransportMetrics::UcxTransportMetrics(prometheus::Registry& registry,
+                                         absl::string_view role)
+    : endpoints_(GaugeFamily(registry, "pdserve_kv_ucx_endpoints")
+                     .Add(RoleLabel(role))),
+      registered_bytes_(GaugeFamily(registry, "pdserve_kv_ucx_registered_bytes")
+                            .Add(RoleLabel(role))),
+      transfers_(GaugeFamily(registry, "pdserve_kv_ucx_transfers")
+                     .Add(RoleLabel(role))),
+      endpoint_errors_(
+          CounterFamily(registry, "pdserve_kv_ucx_endpoint_errors_total")
+              .Add(RoleLabel(role))) {}
+
+void UcxTransportMetrics::Set(int64_t endpoints, int64_t registered_bytes,
+                              int64_t transfers, int64_t endpoint_errors) {
+  endpoints_.Set(static_cast<double>(endpoints));
+  registered_bytes_.Set(static_cast<double>(registered_bytes));
+  transfers_.Set(static_cast<double>(transfers));
+  const int64_t seen = errors_seen_.exchange(endpoint_errors);
+  if (endpoint_errors > seen) {
+    endpoint_errors_.Increment(static_cast<double>(endpoint_errors - seen));
+  }
+}
+
 PrefillComputeMetrics::PrefillComputeMetrics(prometheus::Registry& registry,
                                              absl::string_view role)
     : compute_seconds_(
@@ -74,8 +99,7 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
                       .Add({}, BatchSizeBuckets())),
       batch_tokens_(HistogramFamily(registry, "pdserve_prefill_batch_tokens")
                         .Add({}, TokenCountBuckets())),
-      pushed_bytes_(
-          CounterFamily(registry, "pdserve_kv_pushed_bytes_total").Add({})),
+      pushed_bytes_(CounterFamily(registry, "pdserve_kv_pushed_bytes_total")),
       push_seconds_(HistogramFamily(registry, "pdserve_kv_push_seconds")
                         .Add({}, LatencyBuckets())),
       push_bandwidth_(
@@ -85,14 +109,18 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
       push_failures_(CounterFamily(registry, "pdserve_kv_push_failures_total")),
       pushes_(CounterFamily(registry, "pdserve_kv_pushes_total")),
       compute_(registry, "prefill"),
-      kv_pool_(registry, "prefill") {
+      kv_pool_(registry, "prefill"),
+      ucx_(registry, "prefill") {
   SetBuildInfo(registry, "prefill");
   for (int c = 1; c <= static_cast<int>(absl::StatusCode::kUnauthenticated);
        ++c) {
     push_failures_.Add(
         {{"reason", ReasonLabel(static_cast<absl::StatusCode>(c))}});
   }
-  for (const char* t : {"grpc", "shm"}) pushes_.Add({{"transport", t}});
+  for (const char* t : kTransports) {
+    pushes_.Add({{"transport", t}});
+    pushed_bytes_.Add({{"transport", t}});
+  }
 }
 
 void PrefillMetrics::SetQueueDepth(int64_t requests) {
@@ -107,7 +135,8 @@ void PrefillMetrics::ObserveBatch(int64_t sequences, int64_t tokens) {
 void PrefillMetrics::PushSucceeded(int64_t bytes, double seconds,
                                    const std::string& transport) {
   pushes_.Add({{"transport", transport}}).Increment();
-  pushed_bytes_.Increment(static_cast<double>(bytes));
+  pushed_bytes_.Add({{"transport", transport}})
+      .Increment(static_cast<double>(bytes));
   push_seconds_.Observe(seconds);
   if (seconds > 0)
     push_bandwidth_.Observe(static_cast<double>(bytes) / seconds);
@@ -130,7 +159,7 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
           CounterFamily(registry, "pdserve_decode_generated_tokens_total")
               .Add({})),
       received_bytes_(
-          CounterFamily(registry, "pdserve_kv_received_bytes_total").Add({})),
+          CounterFamily(registry, "pdserve_kv_received_bytes_total")),
       admission_wait_(
           HistogramFamily(registry, "pdserve_decode_admission_wait_seconds")
               .Add({}, LatencyBuckets())),
@@ -142,8 +171,10 @@ DecodeMetrics::DecodeMetrics(prometheus::Registry& registry)
           CounterFamily(registry, "pdserve_kv_checksum_failures_total")
               .Add({})),
       compute_(registry, "decode"),
-      kv_pool_(registry, "decode") {
+      kv_pool_(registry, "decode"),
+      ucx_(registry, "decode") {
   SetBuildInfo(registry, "decode");
+  for (const char* t : kTransports) received_bytes_.Add({{"transport", t}});
 }
 
 void DecodeMetrics::SetRunning(int64_t sequences) {
@@ -162,8 +193,10 @@ void DecodeMetrics::AddGeneratedTokens(int64_t tokens) {
   generated_tokens_.Increment(static_cast<double>(tokens));
 }
 
-void DecodeMetrics::KvPushReceived(int64_t bytes) {
-  received_bytes_.Increment(static_cast<double>(bytes));
+void DecodeMetrics::KvPushReceived(int64_t bytes,
+                                   const std::string& transport) {
+  received_bytes_.Add({{"transport", transport}})
+      .Increment(static_cast<double>(bytes));
 }
 void DecodeMetrics::ObserveAdmissionWait(double seconds) {
   admission_wait_.Observe(seconds);

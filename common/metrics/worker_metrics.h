@@ -6,6 +6,7 @@
 #ifndef PDSERVE_COMMON_METRICS_WORKER_METRICS_H_
 #define PDSERVE_COMMON_METRICS_WORKER_METRICS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -36,6 +37,23 @@ class KvPoolMetrics {
   prometheus::Gauge& ratio_;
 };
 
+// pdserve_kv_ucx_* {role}: what the worker's UCX KV transport holds.
+class UcxTransportMetrics {
+ public:
+  UcxTransportMetrics(prometheus::Registry& registry, absl::string_view role);
+  // Call from a periodic poll (the worker's Status handler);
+  // `endpoint_errors` is cumulative.
+  void Set(int64_t endpoints, int64_t registered_bytes, int64_t transfers,
+           int64_t endpoint_errors);
+
+ private:
+  prometheus::Gauge& endpoints_;
+  prometheus::Gauge& registered_bytes_;
+  prometheus::Gauge& transfers_;
+  prometheus::Counter& endpoint_errors_;
+  std::atomic<int64_t> errors_seen_{0};
+};
+
 // Prefill compute and prefix cache {role}.
 class PrefillComputeMetrics {
  public:
@@ -60,8 +78,9 @@ class PrefillMetrics {
   // One forward pass over `sequences` prompts with `tokens` new tokens.
   void ObserveBatch(int64_t sequences, int64_t tokens);
   // A push acknowledged by the decode worker: payload bytes, first byte sent
-  // to last ack, transport ("grpc" | "shm"). Adds bytes, observes seconds
-  // and bytes/seconds, counts the push by transport.
+  // to last ack, transport ("grpc" | "ucx"). Adds bytes by
+  // transport, observes seconds and bytes/seconds, counts the push by
+  // transport.
   void PushSucceeded(int64_t bytes, double seconds,
                      const std::string& transport = "grpc");
   // A push that failed; reason label = lower-case code name ("data_loss").
@@ -69,18 +88,20 @@ class PrefillMetrics {
 
   PrefillComputeMetrics& compute() { return compute_; }
   KvPoolMetrics& kv_pool() { return kv_pool_; }
+  UcxTransportMetrics& ucx() { return ucx_; }
 
  private:
   prometheus::Gauge& queue_depth_;
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& batch_tokens_;
-  prometheus::Counter& pushed_bytes_;
+  prometheus::Family<prometheus::Counter>& pushed_bytes_;  // by transport
   prometheus::Histogram& push_seconds_;
   prometheus::Histogram& push_bandwidth_;
   prometheus::Family<prometheus::Counter>& push_failures_;
   prometheus::Family<prometheus::Counter>& pushes_;  // by transport
   PrefillComputeMetrics compute_;
   KvPoolMetrics kv_pool_;
+  UcxTransportMetrics ucx_;
 };
 
 class DecodeMetrics {
@@ -94,8 +115,9 @@ class DecodeMetrics {
   void ObserveStep(int64_t batch_size, double seconds);
   // Tokens streamed to the router.
   void AddGeneratedTokens(int64_t tokens);
-  // A push completely received and verified: payload bytes.
-  void KvPushReceived(int64_t bytes);
+  // A push completely received and verified: payload bytes, transport
+  // ("grpc" | "ucx").
+  void KvPushReceived(int64_t bytes, const std::string& transport = "grpc");
   // KV complete and claimed -> admitted into the batch.
   void ObserveAdmissionWait(double seconds);
   void CountPreemption();
@@ -105,6 +127,7 @@ class DecodeMetrics {
   // Local (colocated) prefills and this worker's KV pool, role="decode".
   PrefillComputeMetrics& compute() { return compute_; }
   KvPoolMetrics& kv_pool() { return kv_pool_; }
+  UcxTransportMetrics& ucx() { return ucx_; }
 
  private:
   prometheus::Gauge& running_;
@@ -112,13 +135,14 @@ class DecodeMetrics {
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& step_seconds_;
   prometheus::Counter& generated_tokens_;
-  prometheus::Counter& received_bytes_;
+  prometheus::Family<prometheus::Counter>& received_bytes_;  // by transport
   prometheus::Histogram& admission_wait_;
   prometheus::Counter& preemptions_;
   prometheus::Counter& lease_expiries_;
   prometheus::Counter& checksum_failures_;
   PrefillComputeMetrics compute_;
   KvPoolMetrics kv_pool_;
+  UcxTransportMetrics ucx_;
 };
 
 }  // namespace pdserve::metrics

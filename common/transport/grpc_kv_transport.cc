@@ -1,11 +1,11 @@
 #include "common/transport/grpc_kv_transport.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
-#include "common/transport/shm_kv_transport.h"
 #include "common/util/logging.h"
 #include "grpcpp/client_context.h"
 
@@ -29,8 +29,6 @@ absl::Status KvPushCall::FinishWithError(absl::Status if_ok) {
   grpc::Status s = writer_->Finish();
   finished_ = true;
   error_ = s.ok() ? std::move(if_ok) : FromGrpcStatus(s);
-  const auto& trailers = context_.GetServerTrailingMetadata();
-  shm_unusable_ = trailers.find(kShmUnusableMetadataKey) != trailers.end();
   return error_;
 }
 
@@ -125,6 +123,21 @@ std::shared_ptr<grpc::Channel> GrpcKvSender::ChannelFor(
   return ch;
 }
 
+absl::StatusOr<pb::KvDescribeResponse> GrpcKvSender::Describe(
+    const std::string& target, absl::Time deadline) {
+  auto stub = pb::KvTransfer::NewStub(ChannelFor(target));
+  grpc::ClientContext context;
+  context.set_deadline(
+      absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(10))));
+  pb::KvDescribeResponse response;
+  grpc::Status s = stub->Describe(&context, pb::KvDescribeRequest(), &response);
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return pb::KvDescribeResponse();  // accepts inline pushes only
+  }
+  if (!s.ok()) return FromGrpcStatus(s);
+  return response;
+}
+
 absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
     const std::string& target, const pb::KvHeader& header,
     absl::Time deadline) {
@@ -135,33 +148,26 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> GrpcKvSender::Open(
   return stream;
 }
 
-KvTransferService::KvTransferService(KvSinkFactory* factory, bool accept_shm)
-    : factory_(factory) {
-  if (!accept_shm) return;
-  if (int n = SweepStaleShmSegments(absl::Seconds(10)); n > 0) {
-    PDSERVE_LOG_INFO(
-        "removed %d stale shared-memory segments of dead "
-        "processes",
-        n);
-  }
-  auto probe = ShmProbe::Create();
-  if (probe.ok()) {
-    probe_ = *std::move(probe);
-  } else {
-    PDSERVE_LOG_WARNING(
-        "no shared-memory KV transport (KV arrives over gRPC): %s",
-        probe.status().ToString());
-  }
-}
+KvTransferService::KvTransferService(KvSinkFactory* factory,
+                                     KvReceiveOptions options)
+    : factory_(factory), ucx_(options.ucx) {}
 
 grpc::Status KvTransferService::Describe(grpc::ServerContext*,
                                          const pb::KvDescribeRequest*,
                                          pb::KvDescribeResponse* response) {
-  if (probe_ != nullptr) {
-    response->set_shm_probe_name(probe_->name());
-    response->set_shm_probe_nonce(probe_->nonce());
-  }
+  if (ucx_ != nullptr) ucx_->Describe(response);
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<KvChunkSource>> KvTransferService::OpenSource(
+    const pb::KvHeader& header) {
+  if (!header.has_ucx()) return nullptr;
+  absl::StatusOr<std::unique_ptr<KvChunkSource>> source =
+      ucx_ != nullptr ? ucx_->Open(header.ucx())
+                      : absl::FailedPreconditionError(
+                            "this decode worker accepts no UCX pushes");
+  if (!source.ok()) counters_.ucx_unusable.fetch_add(1);
+  return source;
 }
 
 grpc::Status KvTransferService::Push(
@@ -174,6 +180,11 @@ grpc::Status KvTransferService::Push(
         absl::InvalidArgumentError("KV push must start with a header"));
   }
   const pb::KvHeader& header = msg.header();
+  // A UCX push refused before it has a source: P may already have sent
+  // chunks (UCX cannot cancel its sends), they are discarded here.
+  auto abandon = [&] {
+    if (header.has_ucx() && ucx_ != nullptr) ucx_->Abandon(header.ucx());
+  };
   absl::Status s = CheckHeaderCompatible(header, factory_->fingerprint(),
                                          factory_->layout());
   if (!s.ok()) {
@@ -181,37 +192,33 @@ grpc::Status KvTransferService::Push(
     PDSERVE_LOG_WARNING("refusing KV push %s: %s", header.request_id(),
                         s.ToString());
     factory_->Refused(header, s);
+    abandon();
     return ToGrpcStatus(s);
   }
   KvCoverage coverage(factory_->layout(), header.num_tokens());
-  // Shared memory: map the segment before any sink exists, so that a
-  // segment this process cannot open lets P fall back to gRPC. It is
-  // unmapped when this call ends, before P sees the ack and reuses it.
-  std::unique_ptr<ShmSegment> segment;
-  if (header.has_shm()) {
-    auto opened = OpenPushSegment(header.shm(), coverage.expected_bytes());
-    if (!opened.ok()) {
-      counters_.shm_unusable.fetch_add(1);
-      PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
-                          opened.status().ToString());
-      if (!absl::IsInvalidArgument(opened.status())) {
-        context->AddTrailingMetadata(kShmUnusableMetadataKey, "1");
-      }
-      return ToGrpcStatus(opened.status());
-    }
-    segment = *std::move(opened);
+  // UCX: a landing buffer, taken before any sink exists and returned when
+  // this call ends.
+  auto source = OpenSource(header);
+  if (!source.ok()) {
+    PDSERVE_LOG_WARNING("KV push %s: %s", header.request_id(),
+                        source.status().ToString());
+    abandon();
+    return ToGrpcStatus(source.status());
   }
   auto sink = factory_->Begin(header, [context] { context->TryCancel(); });
   if (!sink.ok()) {
     counters_.refused.fetch_add(1);
+    if (*source != nullptr) (*source)->Failed(sink.status());
     return ToGrpcStatus(sink.status());
   }
   counters_.pushes.fetch_add(1);
-  if (segment != nullptr) counters_.shm_pushes.fetch_add(1);
+  if (header.has_ucx()) counters_.ucx_pushes.fetch_add(1);
   auto fail = [&](absl::Status st) {
+    if (*source != nullptr) (*source)->Failed(st);
     (*sink)->OnAbort(st);
     return ToGrpcStatus(st);
   };
+  auto cancelled = [context] { return context->IsCancelled(); };
   while (true) {
     if (!reader->Read(&msg)) {
       return fail(context->IsCancelled()
@@ -220,17 +227,17 @@ grpc::Status KvTransferService::Push(
                             "KV push ended before its commit (prefill worker "
                             "gone?)"));
     }
-    if (msg.has_chunk() || msg.has_shm_chunk()) {
-      // Both kinds are verified and sunk by the same code; a shared-memory
-      // chunk is read in place (P wrote it before sending its descriptor and
-      // never touches it again; the checksum guards against corruption, as
-      // on the wire, not against a hostile P, which could send any bytes).
+    if (msg.has_chunk() || msg.has_chunk_ref()) {
+      // Both kinds are verified and sunk by the same code; a referenced
+      // chunk's bytes are in the landing buffer its UCX message filled. The
+      // checksum guards against corruption, as on the wire, not against a
+      // hostile P, which could send any bytes.
       absl::StatusOr<KvChunkView> chunk = absl::InvalidArgumentError(
-          "KV push: shared-memory chunk without a segment");
+          "KV push: chunk reference in a push without UCX");
       if (msg.has_chunk()) {
         chunk = KvChunkView::Of(msg.chunk());
-      } else if (segment != nullptr) {
-        chunk = ChunkFromShm(*segment, msg.shm_chunk());
+      } else if (*source != nullptr) {
+        chunk = (*source)->Fetch(msg.chunk_ref(), cancelled);
       }
       if (!chunk.ok()) return fail(chunk.status());
       s = coverage.Accept(*chunk);

@@ -1,10 +1,10 @@
 // KV transport over gRPC: GrpcKvSender pushes with KvTransfer.Push
 // (client-streaming, P -> D) over cached channels; KvTransferService is the
 // decode worker's receiving service, verifying every chunk before handing it
-// to a KvSink, for chunks sent inline and for chunks whose bytes are in a
-// shared-memory segment (shm_kv_transport.h). KvPushCall is one Push call,
-// the control channel both senders share. Senders and the service are
-// thread-safe; a KvPushCall is driven by one thread (Cancel: any thread).
+// to a KvSink, for chunks sent inline and for chunks whose bytes come as UCX
+// messages (ucx_kv_receiver.h). KvPushCall is one Push call, the control
+// channel every sender shares. Senders and the service are thread-safe; a
+// KvPushCall is driven by one thread (Cancel: any thread).
 #ifndef PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_GRPC_KV_TRANSPORT_H_
 
@@ -16,17 +16,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/transport/kv_transport.h"
-#include "common/transport/shm_segment.h"
+#include "common/transport/ucx_kv_receiver.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 
 namespace pdserve::transport {
-
-// Trailing-metadata key D sets when it refuses a push because it cannot open
-// the push's shared-memory segment (nothing reached a sink: P may retry the
-// push over gRPC).
-inline constexpr char kShmUnusableMetadataKey[] = "pdserve-kv-shm-unusable";
 
 // One KvTransfer.Push call, client side.
 class KvPushCall {
@@ -42,8 +37,6 @@ class KvPushCall {
   // Waits for D to end the call without sending anything more (test stalls).
   absl::Status FinishWithoutCommit();
   void Cancel() { context_.TryCancel(); }
-  // After an error: D could not open the shared-memory segment.
-  bool shm_unusable() const { return shm_unusable_; }
 
  private:
   absl::Status FinishWithError(absl::Status if_ok);
@@ -54,7 +47,6 @@ class KvPushCall {
   std::unique_ptr<grpc::ClientWriter<pb::KvPushMessage>> writer_;
   absl::Status error_;
   bool finished_ = false;
-  bool shm_unusable_ = false;
 };
 
 class GrpcKvSender : public KvSender {
@@ -67,6 +59,10 @@ class GrpcKvSender : public KvSender {
 
   // The cached channel to `target`.
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& target);
+  // KvTransfer.Describe of `target` (at most 10 s; an empty answer from a
+  // receiver without Describe).
+  absl::StatusOr<pb::KvDescribeResponse> Describe(const std::string& target,
+                                                  absl::Time deadline);
   const KvFaultInjection& faults() const { return faults_; }
 
  private:
@@ -80,19 +76,25 @@ class GrpcKvSender : public KvSender {
 // Counters of the receiving side, readable at any time.
 struct KvReceiveCounters {
   std::atomic<int64_t> pushes{0};
-  std::atomic<int64_t> shm_pushes{0};    // of `pushes`: through shared memory
-  std::atomic<int64_t> shm_unusable{0};  // segments D could not open
+  std::atomic<int64_t> ucx_pushes{0};    // of `pushes`: bytes over UCX
+  std::atomic<int64_t> ucx_unusable{0};  // UCX pushes D could not take
   std::atomic<int64_t> bytes{0};
   std::atomic<int64_t> checksum_failures{0};
   std::atomic<int64_t> refused{0};
 };
 
+// What a receiving service accepts besides inline chunks.
+struct KvReceiveOptions {
+  // Accepts UCX pushes (Describe advertises its worker); null: none. Must
+  // outlive the service.
+  UcxKvReceiver* ucx = nullptr;
+};
+
 class KvTransferService final : public pb::KvTransfer::Service {
  public:
-  // `factory` must outlive the service. With `accept_shm`, creates the
-  // shared-memory probe that Describe advertises (without one, or if it
-  // cannot be created, P pushes over gRPC).
-  explicit KvTransferService(KvSinkFactory* factory, bool accept_shm = true);
+  // `factory` must outlive the service.
+  explicit KvTransferService(KvSinkFactory* factory,
+                             KvReceiveOptions options = {});
   grpc::Status Push(grpc::ServerContext* context,
                     grpc::ServerReader<pb::KvPushMessage>* reader,
                     pb::KvPushAck* ack) override;
@@ -102,8 +104,12 @@ class KvTransferService final : public pb::KvTransfer::Service {
   const KvReceiveCounters& counters() const { return counters_; }
 
  private:
+  // Where the push's chunk references point (null: inline only).
+  absl::StatusOr<std::unique_ptr<KvChunkSource>> OpenSource(
+      const pb::KvHeader& header);
+
   KvSinkFactory* const factory_;
-  std::unique_ptr<ShmProbe> probe_;  // null: no shared-memory pushes
+  UcxKvReceiver* const ucx_;  // null: no UCX pushes
   KvReceiveCounters counters_;
 };
 

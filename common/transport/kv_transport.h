@@ -1,10 +1,10 @@
 // The KV transport interface: how a prefill worker pushes one sequence's KV
 // to a decode worker (KvSender / KvPushStream) and how a decode worker
 // consumes pushes (KvSink). gRPC client-streaming is one implementation
-// (grpc_kv_transport.h); the same-host shared-memory transport
-// (shm_kv_transport.h) implements the same interfaces. KvSender implementations
-// are thread-safe; a KvPushStream is driven by one thread, except Cancel(),
-// which any thread may call.
+// (grpc_kv_transport.h); UCX (ucx_kv_sender.h, ucx_kv_receiver.h)
+// implements the same interfaces, with gRPC as its control stream. KvSender
+// implementations are thread-safe; a KvPushStream is driven by one thread,
+// except Cancel(), which any thread may call.
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 
@@ -23,7 +23,7 @@ namespace pdserve::transport {
 struct KvPushResult {
   int64_t bytes = 0;               // KV payload bytes acknowledged by D
   double transfer_seconds = 0;     // measured by D
-  std::string transport = "grpc";  // "grpc" | "shm": how the bytes went
+  std::string transport = "grpc";  // "grpc" | "ucx": how the bytes went
 };
 
 // One sequence's push. Send chunks in per-layer token order, then Commit.
@@ -44,9 +44,6 @@ struct KvFaultInjection {
   int corrupt_chunk = -1;  // flip a byte of this chunk (0-based), after sealing
   int stop_after_chunks =
       -1;  // send this many chunks, then stall until cancelled
-  // Shared memory: unlink the segment before D opens it (D cannot open it:
-  // the push falls back to gRPC in auto mode).
-  bool unlink_shm_segment = false;
 };
 
 class KvSender {
@@ -76,6 +73,23 @@ class KvSink {
   virtual void OnAbort(const absl::Status& status) = 0;
   // A chunk failed its checksum (OnAbort with DATA_LOSS follows).
   virtual void OnChecksumFailure() {}
+};
+
+// D: where the bytes of a push's chunk references (pb::KvChunkRef) are: UCX
+// messages from P, received into a landing buffer. Driven by the push's
+// handler thread.
+class KvChunkSource {
+ public:
+  virtual ~KvChunkSource() = default;
+  // The chunk `ref` names; its bytes are valid until the next Fetch or the
+  // source's destruction. INVALID_ARGUMENT for a malformed reference;
+  // `cancelled` (the push stream broke or was cancelled) may end a slow
+  // fetch (CANCELLED).
+  virtual absl::StatusOr<KvChunkView> Fetch(
+      const pb::KvChunkRef& ref, const std::function<bool()>& cancelled) = 0;
+  // The push failed with `status` (P may be gone): drop what connects this
+  // process to P once no other push uses it.
+  virtual void Failed(const absl::Status& status) {}
 };
 
 class KvSinkFactory {

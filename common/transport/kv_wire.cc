@@ -60,6 +60,11 @@ std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
   return out;
 }
 
+const char* KvHeaderTransport(const pb::KvHeader& header) {
+  if (header.has_ucx()) return "ucx";
+  return "grpc";
+}
+
 absl::Status CheckHeaderCompatible(const pb::KvHeader& header,
                                    absl::string_view local_fingerprint,
                                    const KvLayout& local_layout) {

@@ -37,6 +37,9 @@ std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
                                                   int64_t bytes_per_token,
                                                   int64_t target_bytes);
 
+// How a push's bytes travel, from its header: "ucx" or "grpc".
+const char* KvHeaderTransport(const pb::KvHeader& header);
+
 // FAILED_PRECONDITION when the header's model fingerprint or layout differs
 // from the receiver's; INVALID_ARGUMENT for a malformed header.
 absl::Status CheckHeaderCompatible(const pb::KvHeader& header,

@@ -21,6 +21,12 @@ namespace pdserve::testing {
 
 std::string PdserveBinary() { return PDSERVE_BINARY; }
 
+std::vector<std::string> KvTransportFlagsFromEnv() {
+  const char* t = getenv("PDSERVE_TEST_KV_TRANSPORT");
+  if (t == nullptr || *t == '\0') return {};
+  return {absl::StrCat("--kv_transport=", t)};
+}
+
 TempDir::TempDir() {
   char tmpl[] = "/tmp/pdserve-test-XXXXXX";
   path_ = mkdtemp(tmpl);
@@ -38,10 +44,13 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
   rp->name = name;
   rp->log_path = absl::StrCat(dir, "/", name, ".log");
   const std::string port_file = absl::StrCat(dir, "/", name, ".port");
-  std::vector<std::string> argv = {
-      PdserveBinary(), spec.role,
-      "--port=0",      "--host=127.0.0.1",
-      "--threads=1",   absl::StrCat("--port_file=", port_file)};
+  std::vector<std::string> argv = spec.wrapper;
+  for (std::string a :
+       {PdserveBinary(), spec.role, std::string("--port=0"),
+        std::string("--host=127.0.0.1"), std::string("--threads=1"),
+        absl::StrCat("--port_file=", port_file)}) {
+    argv.push_back(std::move(a));
+  }
   argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
   SubprocessOptions so;
   so.stdout_path = rp->log_path;
@@ -105,8 +114,15 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
     f.insert(f.end(), extra.begin(), extra.end());
     return f;
   };
+  // Workers: the KV transport the test run asks for first, so that a test's
+  // own --kv_transport (later on the command line) wins.
+  auto worker_flags = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> f = KvTransportFlagsFromEnv();
+    for (std::string& x : flags(extra)) f.push_back(std::move(x));
+    return f;
+  };
   for (int i = 0; i < options.prefill; ++i) {
-    auto p = StartRole({"prefill", flags(options.prefill_flags)},
+    auto p = StartRole({"prefill", worker_flags(options.prefill_flags)},
                        absl::StrCat("prefill", i), c->dir_.path());
     if (!p.ok()) return p.status();
     c->prefill_.push_back(*std::move(p));
@@ -117,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
         it != options.decode_flags_of.end()) {
       own.insert(own.end(), it->second.begin(), it->second.end());
     }
-    auto d = StartRole({"decode", flags(own)}, absl::StrCat("decode", i),
+    auto d = StartRole({"decode", worker_flags(own)}, absl::StrCat("decode", i),
                        c->dir_.path());
     if (!d.ok()) return d.status();
     c->decode_.push_back(*std::move(d));
@@ -276,12 +292,18 @@ absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
 
 absl::StatusOr<std::string> RunPdserveCapture(
     const std::vector<std::string>& args, absl::Duration timeout) {
-  TempDir dir;
-  const std::string out_path = dir.path() + "/out";
   std::vector<std::string> argv = {PdserveBinary()};
   argv.insert(argv.end(), args.begin(), args.end());
+  return RunCapture(argv, timeout);
+}
+
+absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& argv,
+                                       absl::Duration timeout) {
+  TempDir dir;
+  const std::string out_path = dir.path() + "/out";
   SubprocessOptions so;
   so.stdout_path = out_path;
+  so.stderr_path = dir.path() + "/err";
   auto proc = Subprocess::Start(argv, so);
   if (!proc.ok()) return proc.status();
   auto st = proc->Wait(timeout);
@@ -290,9 +312,12 @@ absl::StatusOr<std::string> RunPdserveCapture(
   std::stringstream ss;
   ss << in.rdbuf();
   if (!WIFEXITED(*st) || WEXITSTATUS(*st) != 0) {
-    return absl::InternalError(
-        absl::StrCat("pdserve ", absl::StrJoin(args, " "), " ",
-                     DescribeWaitStatus(*st), ": ", ss.str()));
+    std::ifstream err_in(so.stderr_path);
+    std::stringstream err;
+    err << err_in.rdbuf();
+    return absl::InternalError(absl::StrCat(absl::StrJoin(argv, " "), " ",
+                                            DescribeWaitStatus(*st), ": ",
+                                            ss.str(), err.str()));
   }
   return ss.str();
 }

@@ -29,6 +29,12 @@ namespace pb = ::pdserve::v1::internal;
 // Path of build/pdserve (compile definition).
 std::string PdserveBinary();
 
+// {"--kv_transport=X"} when the environment sets PDSERVE_TEST_KV_TRANSPORT=X
+// (CTest runs the service tests once per transport; UCX_TLS, also from the
+// environment, reaches the workers as it is), else none. The harness puts it
+// first on every prefill and decode worker's command line.
+std::vector<std::string> KvTransportFlagsFromEnv();
+
 // A fresh temporary directory, removed by the destructor.
 class TempDir {
  public:
@@ -43,6 +49,10 @@ class TempDir {
 struct ProcessSpec {
   std::string role;  // prefill | decode | router
   std::vector<std::string> flags;
+  // Runs the binary through this command (absolute path first), e.g.
+  // {"/usr/sbin/ip", "netns", "exec", NAME, "/usr/bin/env", "UCX_TLS=tcp"};
+  // it must exec the binary in the same process (signals go to its PID).
+  std::vector<std::string> wrapper;
 };
 
 // One started role process and its port.
@@ -122,6 +132,11 @@ std::vector<ReferenceCase> LoadReferenceCases();
 
 // A request for token ids; greedy unless sampling is set afterwards.
 v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens);
+
+// Runs `argv` (absolute path first) to completion and returns its stdout;
+// an error with its output when it exits non-zero or outlives `timeout`.
+absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& argv,
+                                       absl::Duration timeout);
 
 // Runs `pdserve complete` with `args` and returns its stdout.
 absl::StatusOr<std::string> RunPdserveCapture(

@@ -384,9 +384,13 @@ TEST_F(ServedMetricsTest, WorkerMetricsMoveByWhatIsObserved) {
   EXPECT_EQ(s.Get("pdserve_prefill_computed_tokens_total", d), 6);
   EXPECT_EQ(s.Get("pdserve_prefix_cache_queries_tokens_total", p), 40);
   EXPECT_EQ(s.Get("pdserve_prefix_cache_hits_tokens_total", p), 10);
-  EXPECT_EQ(s.Get("pdserve_kv_pushed_bytes_total"), 4096);
-  EXPECT_EQ(s.Get("pdserve_kv_received_bytes_total"),
-            s.Get("pdserve_kv_pushed_bytes_total"));
+  EXPECT_EQ(s.Get("pdserve_kv_pushed_bytes_total", {{"transport", "grpc"}}),
+            4096);
+  EXPECT_EQ(s.Get("pdserve_kv_pushed_bytes_total", {{"transport", "ucx"}}), 0);
+  EXPECT_EQ(s.Get("pdserve_kv_received_bytes_total", {{"transport", "grpc"}}),
+            4096);
+  EXPECT_EQ(s.Sum("pdserve_kv_received_bytes_total"),
+            s.Sum("pdserve_kv_pushed_bytes_total"));
   EXPECT_EQ(s.Get("pdserve_kv_push_seconds_count"), 1);
   EXPECT_DOUBLE_EQ(*s.Get("pdserve_kv_push_bandwidth_bytes_per_second_sum"),
                    4096 / 0.5);

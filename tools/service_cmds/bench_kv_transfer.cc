@@ -1,26 +1,30 @@
 // `pdserve bench-kv-transfer`: loopback bandwidth of one prompt's KV moved
-// (a) by the gRPC KV push (real KvTransferService, a sink that copies every
-// chunk into a destination buffer, as D's import does), (b) by the
-// shared-memory KV push (same service and sink; "shm" reuses the sender's
-// pooled segment as a busy worker does, "shm-cold" creates a segment per
-// push), (c) over a plain TCP loopback socket, (d) by memcpy — the same
-// bytes, in the same run, so the transports read as ratios to memcpy. Pushes
-// are chunked, sealed (XXH3) and verified exactly as in the service, by one
-// sending thread. Also times the setup of one shared-memory segment of that
-// size (create + fallocate + map + unlink).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+// from this process to a receiving process (forked: a real
+// KvTransferService whose sink copies every chunk into a destination buffer,
+// as D's import does) (a) by the gRPC KV push, (b) by the UCX KV push (P
+// sends each chunk as a tagged message from its registered ring, D receives
+// it into its registered landing buffer: "ucx" with UCX's default
+// transports, "ucx-tcp" with UCX_TLS=tcp), and, as references, (c) over a
+// plain TCP loopback socket and (d) by memcpy (in this process), and (e) by
+// UCX's own ucx_perftest (two processes; tag_bw, ucp_put_bw and
+// ucp_get at the pushes' chunk size, default transports and tcp) — the same
+// bytes, in the same run. The paths run in turn, round after round (this
+// machine's bandwidth drifts between runs, so each ratio is taken within a
+// round; medians over the rounds). Pushes are chunked, sealed (XXH3) and
+// verified exactly as in the service, by one sending thread. Each row also
+// shows the CPU time a push cost (both processes), which a busy machine
+// does not inflate as it does the wall time.
+#include <stdlib.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -32,11 +36,14 @@
 #include "common/model/model_source.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_wire.h"
-#include "common/transport/shm_kv_transport.h"
-#include "common/transport/shm_segment.h"
+#include "common/transport/ucx_kv_receiver.h"
+#include "common/transport/ucx_kv_sender.h"
+#include "common/transport/ucx_worker.h"
 #include "common/util/malloc_tuning.h"
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/bench_kv_receiver.h"
+#include "tools/service_cmds/bench_kv_refs.h"
 #include "tools/subcommand.h"
 
 ABSL_FLAG(std::string, kv_bench_model, "synthetic:llama-110m",
@@ -45,12 +52,12 @@ ABSL_FLAG(std::string, kv_bench_model, "synthetic:llama-110m",
 ABSL_FLAG(int32_t, kv_bench_tokens, 2048,
           "bench-kv-transfer: prompt tokens whose KV is moved");
 ABSL_FLAG(int32_t, kv_bench_repeats, 5,
-          "bench-kv-transfer: repetitions of each measurement");
+          "bench-kv-transfer: rounds (every path runs once per round)");
 ABSL_FLAG(std::vector<std::string>, kv_bench_paths,
-          std::vector<std::string>({"memcpy", "tcp", "grpc", "shm",
-                                    "shm-cold"}),
-          "bench-kv-transfer: what to measure (memcpy always runs first: the "
-          "ratios need it)");
+          std::vector<std::string>({"memcpy", "tcp", "grpc", "ucx", "ucx-tcp",
+                                    "ucx_perftest", "ucx_perftest-tcp"}),
+          "bench-kv-transfer: what to measure (memcpy always runs: the ratios "
+          "need it). ucx_perftest[-tcp] runs tag_bw, ucp_put_bw and ucp_get.");
 
 namespace pdserve {
 namespace {
@@ -73,49 +80,13 @@ int Fail(const std::string& message) {
   return 1;
 }
 
-// Receiving side: every chunk is copied into `dst` at its layer/token place.
-class CopyingSinkFactory : public transport::KvSinkFactory {
- public:
-  CopyingSinkFactory(const KvLayout& layout, int tokens, std::string* dst)
-      : layout_(layout), tokens_(tokens), dst_(dst) {}
-  class Sink : public transport::KvSink {
-   public:
-    explicit Sink(CopyingSinkFactory* f) : f_(f) {}
-    absl::Status OnChunk(const transport::KvChunkView& c) override {
-      const int64_t bpt = f_->layout_.BytesPerTokenPerLayer();
-      const int64_t at = (int64_t{c.layer} * f_->tokens_ + c.token_begin) * bpt;
-      std::memcpy(f_->dst_->data() + at, c.data.data(), c.data.size());
-      return absl::OkStatus();
-    }
-    absl::Status OnCommit(const pb::KvCommit&, double) override {
-      return absl::OkStatus();
-    }
-    void OnAbort(const absl::Status&) override {}
-
-   private:
-    CopyingSinkFactory* f_;
-  };
-  absl::StatusOr<std::unique_ptr<transport::KvSink>> Begin(
-      const pb::KvHeader&, std::function<void()>) override {
-    return std::make_unique<Sink>(this);
-  }
-  const std::string& fingerprint() const override { return fingerprint_; }
-  KvLayout layout() const override { return layout_; }
-
- private:
-  const KvLayout layout_;
-  const int tokens_;
-  std::string* const dst_;
-  const std::string fingerprint_ = "bench-kv-transfer";
-};
-
 // One push of `src` (layer-major), chunked and sealed as a prefill does.
 absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
                       const KvLayout& layout, int tokens,
                       const std::string& src, const std::string& want) {
   pb::KvHeader header;
   header.set_request_id("bench");
-  header.set_model_fingerprint("bench-kv-transfer");
+  header.set_model_fingerprint(kKvBenchFingerprint);
   *header.mutable_layout() = transport::LayoutToProto(layout);
   header.set_num_tokens(tokens);
   auto stream = sender.Open(target, header, absl::Now() + absl::Seconds(120));
@@ -143,81 +114,6 @@ absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
   return absl::OkStatus();
 }
 
-// Sends `src` over a fresh TCP loopback connection; the receiver reads it
-// all into `dst` and answers one byte.
-absl::Status TcpOnce(const std::string& src, std::string* dst) {
-  const int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listener < 0 ||
-      bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    if (listener >= 0) close(listener);
-    return absl::InternalError(absl::StrCat("listen: ", strerror(errno)));
-  }
-  bool received = false;
-  std::thread receiver([&] {
-    const int fd = accept(listener, nullptr, nullptr);
-    if (fd < 0) return;
-    size_t got = 0;
-    while (got < dst->size()) {
-      ssize_t r = read(fd, dst->data() + got,
-                       std::min<size_t>(dst->size() - got, 4 << 20));
-      if (r <= 0) break;
-      got += static_cast<size_t>(r);
-    }
-    received = got == dst->size();
-    char ack = 1;
-    (void)!write(fd, &ack, 1);
-    close(fd);
-  });
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  absl::Status status;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    status = absl::InternalError(absl::StrCat("connect: ", strerror(errno)));
-  } else {
-    size_t sent = 0;
-    while (sent < src.size()) {
-      ssize_t w = write(fd, src.data() + sent,
-                        std::min<size_t>(src.size() - sent, 4 << 20));
-      if (w <= 0) break;
-      sent += static_cast<size_t>(w);
-    }
-    char ack = 0;
-    if (read(fd, &ack, 1) != 1) status = absl::InternalError("no TCP ack");
-  }
-  close(fd);
-  receiver.join();
-  close(listener);
-  if (status.ok() && !received) status = absl::InternalError("short TCP read");
-  return status;
-}
-
-struct Figure {
-  std::string name;
-  double best_seconds = 0;
-  double mean_seconds = 0;
-};
-
-absl::StatusOr<Figure> Measure(const std::string& name, int repeats,
-                               const std::function<absl::Status()>& once) {
-  Figure f{name, 1e30, 0};
-  for (int i = 0; i < repeats; ++i) {
-    Progress(absl::StrCat(name, " ", i + 1, "/", repeats));
-    const double t0 = Now();
-    if (absl::Status s = once(); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
-    }
-    const double dt = Now() - t0;
-    f.best_seconds = std::min(f.best_seconds, dt);
-    f.mean_seconds += dt / repeats;
-  }
-  return f;
-}
-
 absl::StatusOr<KvLayout> BenchLayout() {
   const std::string model = absl::GetFlag(FLAGS_kv_bench_model);
   ModelConfig config;
@@ -243,15 +139,81 @@ absl::StatusOr<KvLayout> BenchLayout() {
   return l;
 }
 
+// P's side of a UCX push: a worker started with UCX_TLS=`tls` ("" = as in
+// the environment) and a sender on it, gRPC as the control stream.
+struct UcxSender {
+  std::unique_ptr<transport::UcxWorker> worker;
+  std::unique_ptr<transport::UcxKvSender> sender;
+  ~UcxSender() { sender.reset(); }  // regions before their worker
+};
+
+absl::StatusOr<std::unique_ptr<UcxSender>> StartUcxSender(
+    const std::string& tls, transport::GrpcKvSender* grpc) {
+  const char* old = getenv("UCX_TLS");
+  const std::string saved = old != nullptr ? old : "";
+  if (!tls.empty()) setenv("UCX_TLS", tls.c_str(), 1);
+  auto w = transport::UcxWorker::Create();
+  if (old != nullptr) {
+    setenv("UCX_TLS", saved.c_str(), 1);
+  } else {
+    unsetenv("UCX_TLS");
+  }
+  if (!w.ok()) return w.status();
+  auto s = std::make_unique<UcxSender>();
+  s->worker = *std::move(w);
+  s->sender =
+      std::make_unique<transport::UcxKvSender>(grpc, s->worker.get(), nullptr);
+  return s;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+// One measured path: `run` returns GB/s (it times itself).
+// One measurement: bandwidth, and the CPU time this process spent on it
+// (both ends of a push run here; a busy machine stretches the wall time,
+// not the work). cpu_seconds < 0: not measured (another process moved it).
+struct Sample {
+  double gbps = 0;
+  double cpu_seconds = -1;
+};
+
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+         (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+struct Path {
+  Path(std::string n, std::string ref,
+       std::function<absl::StatusOr<Sample>()> f)
+      : name(std::move(n)), reference(std::move(ref)), run(std::move(f)) {}
+  std::string name;
+  std::string reference;  // the row its "vs reference" ratio divides by
+  std::function<absl::StatusOr<Sample>()> run;
+  std::vector<double> gbps;   // per round
+  std::vector<double> ratio;  // per round, to memcpy of the same round
+  std::vector<double> cpu;    // per round: CPU seconds per GB moved
+};
+
 int RunBenchKvTransfer(const std::vector<std::string>&) {
   TuneMallocForLargeBuffers();  // as the prefill and decode workers do
   auto layout = BenchLayout();
   if (!layout.ok()) return Fail(layout.status().ToString());
   const int tokens = absl::GetFlag(FLAGS_kv_bench_tokens);
-  const int repeats = std::max(1, absl::GetFlag(FLAGS_kv_bench_repeats));
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_kv_bench_repeats));
   if (tokens <= 0) return Fail("--kv_bench_tokens must be positive");
-  const int64_t bytes =
-      layout->BytesPerTokenPerLayer() * tokens * layout->num_layers;
+  const int64_t bpt = layout->BytesPerTokenPerLayer();
+  const int64_t bytes = bpt * tokens * layout->num_layers;
+  const auto ranges = transport::ChunkTokenRanges(
+      0, tokens, bpt, transport::kKvChunkTargetBytes);
+  const int64_t chunk_bytes = (ranges[0].second - ranges[0].first) * bpt;
+  const int chunks = static_cast<int>(ranges.size()) * layout->num_layers;
   Progress(absl::StrFormat(
       "%d layers x 2 x %d kv heads x %d x %d bytes x %d "
       "tokens = %.1f MB",
@@ -265,104 +227,195 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   }
   std::string dst(src.size(), '\0');
 
-  CopyingSinkFactory factory(*layout, tokens, &dst);
-  transport::KvTransferService service(&factory, /*accept_shm=*/true);
-  ServerOptions so;
-  so.address = "127.0.0.1:0";
-  so.services = {&service};
-  auto server = StartServer(so);
-  if (!server.ok()) return Fail(server.status().ToString());
-  const std::string target = absl::StrCat("127.0.0.1:", server->port);
-  transport::GrpcKvSender grpc(grpc::InsecureChannelCredentials());
-  transport::ShmKvSender shm(&grpc, transport::KvTransportMode::kShm);
-
-  std::vector<Figure> figures;
-  auto run = [&](const std::string& name,
-                 const std::function<absl::Status()>& once) {
-    std::fill(dst.begin(), dst.end(), '\0');
-    auto f = Measure(name, repeats, once);
-    if (!f.ok()) return f.status();
-    if (dst != src) return absl::DataLossError(name + ": bytes differ");
-    figures.push_back(*f);
-    return absl::OkStatus();
-  };
-  absl::Status s = run("memcpy", [&] {
-    std::memcpy(dst.data(), src.data(), src.size());
-    return absl::OkStatus();
-  });
-  const std::vector<std::string> paths = absl::GetFlag(FLAGS_kv_bench_paths);
+  const std::vector<std::string> wanted_paths =
+      absl::GetFlag(FLAGS_kv_bench_paths);
   auto wanted = [&](const std::string& p) {
-    return std::find(paths.begin(), paths.end(), p) != paths.end();
+    return std::find(wanted_paths.begin(), wanted_paths.end(), p) !=
+           wanted_paths.end();
   };
-  if (s.ok() && wanted("tcp")) {
-    s = run("tcp", [&] { return TcpOnce(src, &dst); });
+  // The receiver runs in its own process, as a decode worker does (forked
+  // now, before this process has a thread).
+  auto rx = StartKvBenchReceiver(*layout, tokens, src, wanted("ucx"),
+                                 wanted("ucx-tcp"));
+  if (!rx.ok()) return Fail(rx.status().ToString());
+  struct StopAtExit {
+    KvBenchReceiver* r;
+    ~StopAtExit() { StopKvBenchReceiver(*r); }
+  } stop_rx{&*rx};
+  transport::GrpcKvSender grpc(grpc::InsecureChannelCredentials());
+  std::map<std::string, std::unique_ptr<UcxSender>> ucx;
+  for (const auto& [name, tls] :
+       {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
+    if (!wanted(name)) continue;
+    auto sender = StartUcxSender(tls, &grpc);
+    if (!sender.ok()) {
+      return Fail(absl::StrCat(name, ": ", sender.status().ToString()));
+    }
+    ucx[name] = *std::move(sender);
   }
-  if (s.ok() && wanted("grpc")) {
-    s = run("grpc", [&] {
-      return PushOnce(grpc, target, *layout, tokens, src, "grpc");
-    });
-  }
-  if (s.ok() && wanted("shm")) {
-    s = run("shm",
-            [&] { return PushOnce(shm, target, *layout, tokens, src, "shm"); });
-  }
-  if (s.ok() && wanted("shm-cold")) {
-    // A fresh sender per push: no pooled segment, every push creates one.
-    s = run("shm-cold", [&] {
-      transport::ShmKvSender cold(&grpc, transport::KvTransportMode::kShm);
-      return PushOnce(cold, target, *layout, tokens, src, "shm");
-    });
-  }
-  // Setup cost of one segment per push (what the shm figure includes).
-  absl::StatusOr<Figure> setup = Measure("shm segment setup", repeats, [&] {
-    auto seg = transport::ShmSegment::Create(transport::kShmKvPrefix, bytes);
-    return seg.status();
-  });
-  server->server->Shutdown();
-  std::fprintf(stderr, "\r\033[K");
-  if (!s.ok()) return Fail(s.ToString());
-  if (!setup.ok()) return Fail(setup.status().ToString());
 
-  const double memcpy_gbps = bytes / figures[0].best_seconds / 1e9;
+  // Local paths (memcpy, TCP) time themselves and check the bytes.
+  auto timed = [&](std::function<absl::Status()> once) {
+    return [&, once]() -> absl::StatusOr<Sample> {
+      std::fill(dst.begin(), dst.end(), '\0');
+      const double c0 = ProcessCpuSeconds();
+      const double t0 = Now();
+      if (absl::Status s = once(); !s.ok()) return s;
+      const double dt = Now() - t0;
+      const double cpu = ProcessCpuSeconds() - c0;
+      if (dst != src) return absl::DataLossError("bytes differ");
+      return Sample{bytes / dt / 1e9, cpu};
+    };
+  };
+  // Pushes: to the receiver process; CPU of both processes. Every chunk is
+  // checked against P's XXH3 by the receiving service; the receiver's copy
+  // is compared with the source after the last round.
+  auto pushed = [&](std::function<absl::Status()> once) {
+    return [&, once]() -> absl::StatusOr<Sample> {
+      const double c0 = ProcessCpuSeconds() + CpuSecondsOf(rx->pid);
+      const double t0 = Now();
+      if (absl::Status s = once(); !s.ok()) return s;
+      const double dt = Now() - t0;
+      const double cpu = ProcessCpuSeconds() + CpuSecondsOf(rx->pid) - c0;
+      return Sample{bytes / dt / 1e9, cpu};
+    };
+  };
+  std::vector<Path> paths;
+  paths.emplace_back("memcpy", "", timed([&] {
+                       std::memcpy(dst.data(), src.data(), src.size());
+                       return absl::OkStatus();
+                     }));
+  if (wanted("tcp")) {
+    paths.emplace_back("tcp", "", timed([&] { return TcpOnce(src, &dst); }));
+  }
+  if (wanted("grpc")) {
+    paths.emplace_back("grpc", "", pushed([&] {
+                         return PushOnce(grpc, rx->target, *layout, tokens, src,
+                                         "grpc");
+                       }));
+  }
+  for (const auto& [name, tls] :
+       {std::pair<std::string, std::string>{"ucx", ""}, {"ucx-tcp", "tcp"}}) {
+    if (ucx.count(name) == 0) continue;
+    transport::UcxKvSender* sender = ucx[name]->sender.get();
+    const std::string target =
+        tls.empty() ? rx->ucx_target : rx->ucx_tcp_target;
+    const std::string ref =
+        tls.empty() ? "ucx_perftest tag_bw" : "ucx_perftest tag_bw tcp";
+    paths.emplace_back(name, ref, pushed([&, sender, target] {
+                         return PushOnce(*sender, target, *layout, tokens, src,
+                                         "ucx");
+                       }));
+  }
+  // UCX's own benchmark at the pushes' chunk size: about as many messages
+  // as a push has chunks, 4 times over.
+  for (const auto& [name, tls] :
+       {std::pair<std::string, std::string>{"ucx_perftest", ""},
+        {"ucx_perftest-tcp", "tcp"}}) {
+    if (!wanted(name)) continue;
+    for (const char* test : {"tag_bw", "ucp_put_bw", "ucp_get"}) {
+      paths.emplace_back(
+          absl::StrCat("ucx_perftest ", test, tls.empty() ? "" : " tcp"), "",
+          [test, tls = tls, chunk_bytes, chunks]() -> absl::StatusOr<Sample> {
+            auto g = UcxPerftestGbps(test, chunk_bytes,
+                                     std::max(40, 4 * chunks), tls);
+            if (!g.ok()) return g.status();
+            return Sample{*g, -1};
+          });
+    }
+  }
+
+  for (int round = 0; round < rounds; ++round) {
+    double memcpy_gbps = 0;
+    for (Path& p : paths) {
+      Progress(absl::StrCat("round ", round + 1, "/", rounds, ": ", p.name));
+      auto g = p.run();
+      if (!g.ok()) {
+        return Fail(absl::StrCat(p.name, ": ", g.status().ToString()));
+      }
+      if (p.name == "memcpy") memcpy_gbps = g->gbps;
+      p.gbps.push_back(g->gbps);
+      p.ratio.push_back(g->gbps / memcpy_gbps);
+      if (g->cpu_seconds >= 0) p.cpu.push_back(g->cpu_seconds / (bytes / 1e9));
+    }
+  }
+  absl::Status verified = absl::OkStatus();
+  for (const char* push : {"grpc", "ucx", "ucx-tcp"}) {
+    if (wanted(push)) verified = VerifyKvBenchReceiver(*rx);
+    if (wanted(push)) break;
+  }
+  ucx.clear();
+  std::fprintf(stderr, "\r\033[K");
+  if (!verified.ok()) return Fail(verified.ToString());
+
+  // Ratio of a path to its reference row, per round, median.
+  auto vs_reference = [&](const Path& p) -> double {
+    for (const Path& r : paths) {
+      if (r.name != p.reference) continue;
+      std::vector<double> q;
+      for (size_t i = 0; i < p.gbps.size(); ++i)
+        q.push_back(p.gbps[i] / r.gbps[i]);
+      return Median(q);
+    }
+    return 0;
+  };
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j;
     j["model"] = absl::GetFlag(FLAGS_kv_bench_model);
     j["tokens"] = tokens;
     j["bytes"] = bytes;
-    j["repeats"] = repeats;
-    for (const Figure& f : figures) {
-      j["results"][f.name] = {
-          {"best_gbps", bytes / f.best_seconds / 1e9},
-          {"mean_gbps", bytes / f.mean_seconds / 1e9},
-          {"ratio_to_memcpy", bytes / f.best_seconds / 1e9 / memcpy_gbps}};
+    j["chunk_bytes"] = chunk_bytes;
+    j["rounds"] = rounds;
+    for (const Path& p : paths) {
+      j["results"][p.name] = {
+          {"median_gbps", Median(p.gbps)},
+          {"best_gbps", *std::max_element(p.gbps.begin(), p.gbps.end())},
+          {"ratio_to_memcpy", Median(p.ratio)},
+          {"gbps", p.gbps}};
+      if (!p.cpu.empty()) {
+        j["results"][p.name]["cpu_seconds_per_gb"] = Median(p.cpu);
+      }
+      if (!p.reference.empty()) {
+        j["results"][p.name]["reference"] = p.reference;
+        j["results"][p.name]["ratio_to_reference"] = vs_reference(p);
+      }
     }
-    j["shm_segment_setup_seconds"] = setup->best_seconds;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
   std::printf(
       "KV of %s, %d tokens: %d layers x 2 x %d kv heads x %d dims x "
-      "%d bytes = %.1f MB, %d repeats\n",
+      "%d bytes = %.1f MB in %d chunks of <= %.2f MB; %d rounds, paths "
+      "alternating; medians\n",
       absl::GetFlag(FLAGS_kv_bench_model).c_str(), tokens, layout->num_layers,
       layout->num_kv_heads, layout->head_dim, DTypeSize(layout->dtype),
-      bytes / 1e6, repeats);
-  std::printf("%-9s %12s %12s %10s\n", "path", "best GB/s", "mean GB/s",
-              "vs memcpy");
-  for (const Figure& f : figures) {
-    const double best = bytes / f.best_seconds / 1e9;
-    std::printf("%-9s %12.2f %12.2f %9.3fx\n", f.name.c_str(), best,
-                bytes / f.mean_seconds / 1e9, best / memcpy_gbps);
+      bytes / 1e6, chunks, chunk_bytes / 1e6, rounds);
+  std::printf("%-26s %8s %8s %10s %9s  %s\n", "path", "GB/s", "best",
+              "vs memcpy", "CPU s/GB", "vs reference");
+  for (const Path& p : paths) {
+    std::string ref;
+    if (!p.reference.empty()) {
+      ref = absl::StrFormat("%.3fx %s", vs_reference(p), p.reference);
+    }
+    const std::string cpu =
+        p.cpu.empty() ? "-" : absl::StrFormat("%.3f", Median(p.cpu));
+    std::printf("%-26s %8.2f %8.2f %9.3fx %9s  %s\n", p.name.c_str(),
+                Median(p.gbps), *std::max_element(p.gbps.begin(), p.gbps.end()),
+                Median(p.ratio), cpu.c_str(), ref.c_str());
   }
-  std::printf("shm segment setup (create+fallocate+map+unlink): %.1f ms\n",
-              setup->best_seconds * 1e3);
+  std::printf(
+      "(CPU s/GB: this process's CPU time, both ends of a push, per GB "
+      "moved)\n");
   return 0;
 }
 
 PDSERVE_SUBCOMMAND(
     "bench-kv-transfer",
-    "loopback KV transfer bandwidth: gRPC push, shm push, TCP, memcpy",
+    "loopback KV transfer bandwidth: gRPC and UCX pushes, TCP, memcpy, "
+    "ucx_perftest",
     "pdserve bench-kv-transfer [--kv_bench_model=synthetic:llama-110m] "
-    "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] [--json]",
+    "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] "
+    "[--kv_bench_paths=memcpy,ucx,...] [--json]",
     RunBenchKvTransfer);
 
 }  // namespace

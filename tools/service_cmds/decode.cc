@@ -8,6 +8,7 @@
 #include "common/util/signals.h"
 #include "decode_worker/decode_worker.h"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/kv_transport_flags.h"
 #include "tools/service_cmds/service_common.h"
 #include "tools/subcommand.h"
 
@@ -50,6 +51,9 @@ int RunDecode(const std::vector<std::string>&) {
   options.testonly_stream_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_stream_delay_ms));
   options.metrics = &decode_metrics;
+  auto kv_mode = KvTransportModeFromFlags();
+  if (!kv_mode.ok()) return FailWith("decode", kv_mode.status());
+  options.kv_transport = *kv_mode;
   auto worker = DecodeWorker::Create(options);
   if (!worker.ok()) return FailWith("decode", worker.status());
   auto creds = InternalServerCredentials();

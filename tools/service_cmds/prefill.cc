@@ -3,13 +3,13 @@
 
 #include "absl/flags/flag.h"
 #include "common/metrics/worker_metrics.h"
-#include "common/transport/grpc_kv_transport.h"
-#include "common/transport/shm_kv_transport.h"
+#include "common/transport/kv_transports.h"
 #include "common/util/logging.h"
 #include "common/util/malloc_tuning.h"
 #include "common/util/signals.h"
 #include "prefill_worker/prefill_worker.h"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/kv_transport_flags.h"
 #include "tools/service_cmds/service_common.h"
 #include "tools/subcommand.h"
 
@@ -27,10 +27,6 @@ ABSL_FLAG(
 ABSL_FLAG(int32_t, testonly_stop_kv_push_after_chunks, -1,
           "TEST ONLY fault injection: send this many KV chunks of every push, "
           "then stall without committing (-1 = off)");
-ABSL_FLAG(std::string, kv_transport, "auto",
-          "prefill: how KV reaches decode workers: auto (shared memory with "
-          "decode workers that can open this process's /dev/shm segments, "
-          "else gRPC), grpc, or shm (shared memory or fail the push)");
 ABSL_FLAG(int32_t, testonly_prefill_delay_ms, 0,
           "TEST ONLY: sleep this many ms before each prefill batch (0 = off)");
 
@@ -65,12 +61,13 @@ int RunPrefill(const std::vector<std::string>&) {
   if (faults.corrupt_chunk >= 0 || faults.stop_after_chunks >= 0) {
     PDSERVE_LOG_WARNING("TEST-ONLY KV push fault injection is ON");
   }
-  auto kv_mode =
-      transport::ParseKvTransportMode(absl::GetFlag(FLAGS_kv_transport));
+  auto kv_mode = KvTransportModeFromFlags();
   if (!kv_mode.ok()) return FailWith("prefill", kv_mode.status());
-  transport::GrpcKvSender grpc_sender(*channel_creds, faults);
-  transport::ShmKvSender sender(&grpc_sender, *kv_mode);
-  auto worker = PrefillWorker::Create(options, &sender);
+  auto kv =
+      transport::KvSendTransports::Create(*kv_mode, *channel_creds, faults);
+  if (!kv.ok()) return FailWith("prefill", kv.status());
+  options.ucx_stats = [t = kv->get()] { return t->ucx_stats(); };
+  auto worker = PrefillWorker::Create(options, (*kv)->sender());
   if (!worker.ok()) return FailWith("prefill", worker.status());
   auto creds = InternalServerCredentials();
   if (!creds.ok()) return FailWith("prefill", creds.status());

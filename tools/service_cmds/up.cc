@@ -31,6 +31,7 @@
 #include "common/util/subprocess.h"
 #include "tools/client/generate_client.h"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/kv_transport_flags.h"
 #include "tools/service_cmds/service_common.h"
 #include "tools/subcommand.h"
 
@@ -102,6 +103,7 @@ std::vector<std::string> CommonChildFlags(int threads) {
                    absl::GetFlag(FLAGS_prefill_chunk_tokens)),
       absl::StrCat("--drain_timeout_seconds=",
                    absl::GetFlag(FLAGS_drain_timeout_seconds)),
+      absl::StrCat("--kv_transport=", absl::GetFlag(FLAGS_kv_transport)),
       "--host=127.0.0.1",
       "--metrics_port=-1",  // any free port, reported in the port file
   };

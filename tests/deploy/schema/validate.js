@@ -160,11 +160,18 @@ function containerFlags(pod, container, configMaps, where) {
 }
 
 // What base/workloads/pod-common.yaml gives every pdserve pod (podman renders
-// rename the volumes per role, so volume names are left out there).
+// rename the volumes per role, so volume names are left out there). Added
+// capabilities are a role's own (overlays/gpu: IPC_LOCK on the workers, for
+// RDMA registration) and left out; what is dropped must stay the same.
 function sharedPodSettings(d, podman) {
   const pod = d.spec.template.spec;
   const c = pod.containers[0] || {};
   const strip = (v) => (podman ? Object.fromEntries(Object.entries(v).filter(([k]) => k !== "name")) : v);
+  const withoutAdded = (sc) => {
+    if (!sc || !sc.capabilities || !sc.capabilities.add) return sc;
+    const caps = Object.fromEntries(Object.entries(sc.capabilities).filter(([k]) => k !== "add"));
+    return {...sc, capabilities: caps};
+  };
   return {
     automountServiceAccountToken: pod.automountServiceAccountToken,
     enableServiceLinks: pod.enableServiceLinks,
@@ -172,7 +179,7 @@ function sharedPodSettings(d, podman) {
     initContainers: (pod.initContainers || []).map((i) => ({name: i.name, command: i.command,
                                                              securityContext: i.securityContext})),
     volumes: (pod.volumes || []).map(strip),
-    containerSecurityContext: c.securityContext,
+    containerSecurityContext: withoutAdded(c.securityContext),
     volumeMounts: (c.volumeMounts || []).map((m) => m.mountPath),
   };
 }

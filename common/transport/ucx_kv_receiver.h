@@ -1,0 +1,82 @@
+// The decode worker's side of the UCX KV transport: for a push whose header
+// names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
+// KvChunkSource that receives each referenced chunk's tagged message (sent
+// by P from its registered export ring) into a landing buffer registered
+// once and reused (UcxLandingPool). The bytes are then verified and imported
+// by KvTransferService exactly like inline gRPC chunks. What P sent for a
+// push that failed here is received and discarded for a while (UCX cannot
+// cancel P's sends). Thread-safe; a source is driven by one push's handler
+// thread.
+#ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
+#define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/transport/kv_transport.h"
+#include "common/transport/ucx_worker.h"
+
+namespace pdserve::transport {
+
+// Landing buffers of one size, registered when first needed and reused;
+// at most kMaxIdle stay registered while unused. Thread-safe.
+class UcxLandingPool {
+ public:
+  static constexpr int kMaxIdle = 4;
+  UcxLandingPool(UcxWorker* worker, int64_t buffer_bytes)
+      : worker_(worker), buffer_bytes_(buffer_bytes) {}
+  int64_t buffer_bytes() const { return buffer_bytes_; }
+  absl::StatusOr<std::unique_ptr<UcxRegion>> Take();
+  void Return(std::unique_ptr<UcxRegion> buffer);
+  // A taken buffer that will not come back.
+  void Forget();
+  int in_use() const;
+
+ private:
+  UcxWorker* const worker_;
+  const int64_t buffer_bytes_;
+  mutable absl::Mutex mu_;
+  std::vector<std::unique_ptr<UcxRegion>> idle_ ABSL_GUARDED_BY(mu_);
+  int in_use_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class UcxKvReceiver {
+ public:
+  // `worker` must outlive this. Chunks are at most `max_chunk_bytes` (see
+  // ChunkTokenRanges: the larger of kKvChunkTargetBytes and one token of
+  // one layer).
+  UcxKvReceiver(UcxWorker* worker, int64_t max_chunk_bytes);
+
+  // What Describe advertises: the worker address, host id, transports.
+  void Describe(pb::KvDescribeResponse* response) const;
+
+  // The chunks of a push; INVALID_ARGUMENT for a malformed source.
+  absl::StatusOr<std::unique_ptr<KvChunkSource>> Open(
+      const pb::KvUcxSource& source);
+  // A push refused or failed before (or without) a source: P's messages
+  // for it are received and discarded for kDrainFor.
+  void Abandon(const pb::KvUcxSource& source);
+
+  // Tags: the push's prefix | the chunk's index (low kChunkBits bits).
+  static constexpr int kChunkBits = 24;
+  static constexpr uint64_t kChunkMask = (uint64_t{1} << kChunkBits) - 1;
+  // How long P's messages of a failed push are discarded.
+  static constexpr absl::Duration kDrainFor = absl::Seconds(120);
+
+  UcxWorker* worker() const { return worker_; }
+  // Pushes holding a landing buffer now.
+  int active() const { return landing_.in_use(); }
+
+ private:
+  UcxWorker* const worker_;
+  UcxLandingPool landing_;
+};
+
+}  // namespace pdserve::transport
+
+#endif  // PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_

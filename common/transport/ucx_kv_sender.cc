@@ -1,0 +1,396 @@
+#include "common/transport/ucx_kv_sender.h"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/transport/kv_wire.h"
+#include "common/transport/ucx_kv_receiver.h"
+#include "common/util/logging.h"
+
+namespace pdserve::transport {
+namespace {
+
+// A random tag prefix: the low kChunkBits bits are the chunk index.
+uint64_t RandomTagPrefix() {
+  uint64_t v = 0;
+  while ((v & ~UcxKvReceiver::kChunkMask) == 0) {
+    if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
+  }
+  return v & ~UcxKvReceiver::kChunkMask;
+}
+
+// One push through a UCX export ring. Send/Commit run on one thread;
+// Cancel may come from any thread. Each chunk is copied into the next slot
+// of the ring, announced on the push stream (KvChunkRef with its tag), then
+// sent from the slot as a tagged message that D receives into its landing
+// buffer. A slot is reused once its send completed, i.e. once D has the
+// bytes: at most kSlots sends are outstanding, and the ring, registered once
+// and pooled, stays warm in the caches and page tables however long the
+// prompt.
+class UcxKvPushStream : public KvPushStream {
+ public:
+  // How long a failed push waits for its sends (D discards what it no
+  // longer wants) before closing the endpoint: the peer is then gone.
+  static constexpr absl::Duration kSendGrace = absl::Seconds(5);
+
+  UcxKvPushStream(UcxKvSender* sender, std::string target, pb::KvHeader header,
+                  absl::Time deadline, int64_t slot_bytes,
+                  std::unique_ptr<UcxRegion> ring,
+                  std::unique_ptr<UcxConnection> connection)
+      : sender_(sender),
+        target_(std::move(target)),
+        header_(std::move(header)),
+        deadline_(deadline),
+        faults_(sender->grpc()->faults()),
+        tag_prefix_(RandomTagPrefix()),
+        slot_bytes_(slot_bytes),
+        ring_(std::move(ring)),
+        connection_(std::move(connection)),
+        call_(sender->grpc()->ChannelFor(target_), deadline) {}
+
+  ~UcxKvPushStream() override {
+    // A push that did not commit and was not cancelled here: D may be gone.
+    if (!committed_ && !Cancelled()) connection_->CloseWhenUnused();
+    if (!SendsDone(kSendGrace)) {
+      PDSERVE_LOG_WARNING(
+          "KV push %s: %d UCX sends to %s still pending after %s; closing "
+          "the endpoint (decode worker gone?)",
+          header_.request_id(), static_cast<int>(sends_.size()), target_,
+          absl::FormatDuration(kSendGrace));
+      sender_->worker()->Close(*connection_);
+      if (!SendsDone(absl::Seconds(2))) {
+        // UCX 1.13 does not end a rendezvous with a dead peer over shared
+        // memory even on a closed endpoint; nobody reads the ring now.
+        for (UcxSendOp& op : sends_) op.Abandon();
+        sends_.clear();
+      }
+    }
+    connection_.reset();
+    if (ring_ != nullptr) sender_->ReturnRegion(std::move(ring_), false);
+  }
+
+  absl::Status Start() {
+    pb::KvPushMessage msg;
+    *msg.mutable_header() = header_;
+    pb::KvUcxSource* src = msg.mutable_header()->mutable_ucx();
+    src->set_tag_prefix(tag_prefix_);
+    src->set_memory_type(std::string(UcxMemoryTypeName(ring_->memory_type())));
+    src->set_worker_address(sender_->worker()->address());
+    return Fail(call_.Write(msg));
+  }
+
+  absl::Status Send(pb::KvChunk chunk) override {
+    if (!error_.ok()) return error_;
+    const int index = chunks_sent_++;
+    if (faults_.stop_after_chunks >= 0 && index >= faults_.stop_after_chunks) {
+      stalled_ = true;  // test-only: the push never completes
+      return absl::OkStatus();
+    }
+    const int64_t n = static_cast<int64_t>(chunk.data().size());
+    if (n > slot_bytes_ ||
+        index > static_cast<int>(UcxKvReceiver::kChunkMask)) {
+      return Fail(absl::InternalError(
+          absl::StrCat("KV chunk ", index, " of ", n,
+                       " bytes does not fit a UCX slot of ", slot_bytes_)));
+    }
+    // The slot's previous chunk (kSlots back) must have reached D.
+    while (static_cast<int>(sends_.size()) >= UcxKvSender::kSlots) {
+      if (!sends_.front().Wait(absl::Milliseconds(100))) {
+        if (Cancelled() || absl::Now() > deadline_) {
+          return Fail(absl::DeadlineExceededError(
+              "UCX send not received by the decode worker"));
+        }
+        continue;
+      }
+      absl::Status s = sends_.front().status();
+      sends_.pop_front();
+      if (!s.ok()) return Fail(s);
+    }
+    const int64_t offset = (index % UcxKvSender::kSlots) * slot_bytes_;
+    char* dst = ring_->data() + offset;
+    std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
+    if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
+    pb::KvPushMessage msg;
+    pb::KvChunkRef* ref = msg.mutable_chunk_ref();
+    ref->set_layer(chunk.layer());
+    ref->set_token_begin(chunk.token_begin());
+    ref->set_token_end(chunk.token_end());
+    ref->set_offset(offset);
+    ref->set_length(n);
+    ref->set_xxh3(chunk.xxh3());
+    ref->set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
+    const uint64_t tag = ref->ucx_tag();
+    // The reference first: D learns of every message P sent as long as the
+    // stream lives (and discards the rest once it failed).
+    if (absl::Status s = Fail(call_.Write(msg)); !s.ok()) return s;
+    auto op = sender_->worker()->Send(*connection_, *ring_, offset, n, tag);
+    if (!op.ok()) return Fail(op.status());
+    sends_.push_back(*std::move(op));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
+    if (!error_.ok()) return error_;
+    if (stalled_) return Fail(call_.FinishWithoutCommit());
+    pb::KvPushMessage msg;
+    *msg.mutable_commit() = commit;
+    auto ack = call_.Finish(msg);
+    if (!ack.ok()) return Fail(ack.status());
+    // D acknowledged after receiving every message: the sends are done
+    // (their completions may trail a moment).
+    committed_ = true;
+    std::unique_ptr<UcxRegion> done;
+    if (SendsDone(absl::Seconds(10))) {
+      absl::MutexLock lock(&mu_);
+      if (!cancelled_) done = std::move(ring_);
+    }
+    if (done != nullptr) sender_->ReturnRegion(std::move(done), true);
+    return KvPushResult{ack->bytes_received(), ack->transfer_seconds(), "ucx"};
+  }
+
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    call_.Cancel();
+  }
+
+ private:
+  bool Cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
+  // Waits up to `timeout` for every outstanding send; true when none is
+  // left.
+  bool SendsDone(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!sends_.empty()) {
+      if (!sends_.front().Wait(deadline - absl::Now())) return false;
+      sends_.pop_front();
+    }
+    return true;
+  }
+
+  // OK passes; an error fails the push for good (and, unless a
+  // cancellation, forgets the target's answer).
+  absl::Status Fail(absl::Status s) {
+    if (s.ok()) return s;
+    if (!absl::IsCancelled(s)) sender_->Forget(target_);  // ask D again
+    if (error_.ok()) error_ = s;
+    return error_;
+  }
+
+  UcxKvSender* const sender_;
+  const std::string target_;
+  const pb::KvHeader header_;
+  const absl::Time deadline_;
+  const KvFaultInjection faults_;
+  const uint64_t tag_prefix_;
+  const int64_t slot_bytes_;
+  // Held until a successful commit hands it back to the pool (under mu_);
+  // otherwise the destructor returns it for quarantine. Read without the
+  // lock by the driving thread, which alone moves it.
+  std::unique_ptr<UcxRegion> ring_;
+  std::unique_ptr<UcxConnection> connection_;
+  KvPushCall call_;
+  std::deque<UcxSendOp> sends_;  // outstanding, oldest first
+  absl::Status error_;
+  int chunks_sent_ = 0;
+  bool stalled_ = false;
+  bool committed_ = false;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+UcxKvSender::UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker,
+                         KvSender* fallback, Options options)
+    : grpc_(grpc), worker_(worker), fallback_(fallback), options_(options) {
+  reaper_ = std::thread([this] { ReapLoop(); });
+}
+
+UcxKvSender::~UcxKvSender() {
+  std::vector<Pooled> drop;
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    drop.swap(pool_);
+  }
+  reaper_.join();
+}
+
+void UcxKvSender::ReapLoop() {
+  absl::MutexLock lock(&mu_);
+  while (!stop_) {
+    mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
+    const absl::Time now = absl::Now();
+    std::vector<Pooled> drop;
+    for (auto it = pool_.begin(); it != pool_.end();) {
+      if (now - it->since >= options_.pool_idle && now >= it->not_before) {
+        drop.push_back(std::move(*it));
+        it = pool_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (!drop.empty()) {
+      mu_.Unlock();
+      drop.clear();  // unregisters outside the lock
+      mu_.Lock();
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
+    int64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    auto best = pool_.end();
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      const int64_t size = it->region->size();
+      if (now >= it->not_before && size >= bytes &&
+          size / 2 <= std::max(bytes, kRegionRound) &&
+          (best == pool_.end() || size < best->region->size())) {
+        best = it;
+      }
+    }
+    if (best != pool_.end()) {
+      std::unique_ptr<UcxRegion> r = std::move(best->region);
+      pool_.erase(best);
+      in_use_.fetch_add(1);
+      return r;
+    }
+  }
+  auto r = worker_->Allocate(bytes);
+  if (r.ok()) in_use_.fetch_add(1);
+  return r;
+}
+
+void UcxKvSender::ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean) {
+  in_use_.fetch_sub(1);
+  std::unique_ptr<UcxRegion> drop;
+  absl::MutexLock lock(&mu_);
+  if (stop_) {
+    drop = std::move(region);
+    mu_.Unlock();
+    drop.reset();  // unregisters outside the lock
+    mu_.Lock();
+    return;
+  }
+  const absl::Time now = absl::Now();
+  pool_.push_back(
+      Pooled{std::move(region), now, clean ? now : now + options_.quarantine});
+  if (static_cast<int>(pool_.size()) > kMaxPooled) {
+    // Drop the oldest region that nobody can still be reading.
+    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
+      if (now >= it->not_before) {
+        drop = std::move(it->region);
+        pool_.erase(it);
+        break;
+      }
+    }
+  }
+  if (drop != nullptr) {
+    mu_.Unlock();
+    drop.reset();
+    mu_.Lock();
+  }
+}
+
+int UcxKvSender::pooled_regions() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(pool_.size());
+}
+
+absl::StatusOr<UcxKvSender::Peer> UcxKvSender::PeerOf(const std::string& target,
+                                                      absl::Time deadline) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(target);
+    if (it != peers_.end() &&
+        (it->second.usable || now - it->second.at < kNegativeTtl)) {
+      return it->second;
+    }
+  }
+  auto described = grpc_->Describe(target, deadline);
+  if (!described.ok()) return described.status();  // not cached
+  Peer peer;
+  peer.at = now;
+  peer.usable = !described->ucx_worker_address().empty();
+  peer.address = described->ucx_worker_address();
+  // Same host with shared memory allowed on both sides: no peer-failure
+  // detection, which in UCX 1.13 would leave only TCP (the push stream
+  // notices a dead decode worker there).
+  peer.peer_errors = !(described->ucx_host_id() == UcxHostId() &&
+                       UcxTlsAllowsSharedMemory(worker_->transports()) &&
+                       UcxTlsAllowsSharedMemory(described->ucx_transports()));
+  absl::MutexLock lock(&mu_);
+  peers_[target] = peer;
+  return peer;
+}
+
+absl::StatusOr<bool> UcxKvSender::UcxUsable(const std::string& target,
+                                            absl::Time deadline) {
+  auto peer = PeerOf(target, deadline);
+  if (!peer.ok()) return peer.status();
+  return peer->usable;
+}
+
+void UcxKvSender::Forget(const std::string& target) {
+  absl::MutexLock lock(&mu_);
+  peers_.erase(target);
+}
+
+absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
+    const std::string& target, const pb::KvHeader& header,
+    absl::Time deadline) {
+  auto peer = PeerOf(target, deadline);
+  if (!peer.ok() || !peer->usable) {
+    if (fallback_ != nullptr) return fallback_->Open(target, header, deadline);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--kv_transport=ucx: decode worker ", target,
+        " accepts no UCX pushes (started with another --kv_transport, or "
+        "without UCX",
+        peer.ok() ? "" : absl::StrCat("; ", peer.status().ToString()),
+        "); use --kv_transport=auto"));
+  }
+  auto connection = worker_->Connect(peer->address, peer->peer_errors);
+  if (!connection.ok()) {
+    Forget(target);
+    if (fallback_ == nullptr) return connection.status();
+    PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
+                        connection.status().ToString());
+    return fallback_->Open(target, header, deadline);
+  }
+  auto layout = LayoutFromProto(header.layout());
+  if (!layout.ok()) return layout.status();
+  // The largest chunk ChunkTokenRanges cuts, rounded to 64 bytes.
+  const int64_t slot_bytes =
+      (std::max(kKvChunkTargetBytes, layout->BytesPerTokenPerLayer()) + 63) /
+      64 * 64;
+  auto ring = TakeRegion(slot_bytes * kSlots);
+  if (!ring.ok()) {
+    if (fallback_ == nullptr) return ring.status();
+    PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
+                        ring.status().ToString());
+    return fallback_->Open(target, header, deadline);
+  }
+  auto stream = std::make_unique<UcxKvPushStream>(
+      this, target, header, deadline, slot_bytes, *std::move(ring),
+      *std::move(connection));
+  absl::Status s = stream->Start();
+  if (!s.ok()) return s;
+  return stream;
+}
+
+}  // namespace pdserve::transport

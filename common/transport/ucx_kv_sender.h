@@ -1,0 +1,116 @@
+// The prefill worker's side of the UCX KV transport. A push takes an export
+// ring (kSlots chunk-sized slots of host memory registered with UCX once and
+// pooled), copies each sealed chunk into the next slot as its layer
+// finishes, announces it on the KvTransfer.Push call (KvChunkRef: layer,
+// tokens, length, XXH3, tag) and sends it from the slot as a tagged UCX
+// message to the decode worker's UCX worker (address from its Describe; one
+// endpoint per decode worker, cached), which receives it into a landing
+// buffer (ucx_kv_receiver.h). A slot is reused once its send completed (D
+// has the bytes). Tagged rendezvous is what UCX 1.13 moves with one CMA
+// copy over shared memory and RDMA reads between hosts (its one-sided get
+// and put over shared memory go through active-message copies: see
+// DESIGN.md). The ring returns to the pool after D's acknowledgement; a
+// failed push's ring after its sends ended (D discards what it no longer
+// wants; if they do not end, the decode worker is presumed gone and the
+// endpoint is closed) and a quarantine. UcxKvSender picks UCX per decode
+// worker (its Describe names a UCX worker this worker can reach); otherwise
+// the push goes to `fallback` (auto mode) or fails (--kv_transport=ucx).
+// Thread-safe; streams follow KvPushStream's rules.
+#ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
+#define PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/transport/grpc_kv_transport.h"
+#include "common/transport/kv_transport.h"
+#include "common/transport/ucx_worker.h"
+
+namespace pdserve::transport {
+
+class UcxKvSender : public KvSender {
+ public:
+  static constexpr int kMaxPooled = 4;
+  // Chunk slots of a push's ring: the sends one push has in flight at most.
+  static constexpr int kSlots = 8;
+  struct Options {
+    // Unused pooled regions are unregistered after this long.
+    absl::Duration pool_idle = absl::Seconds(10);
+    // A failed or cancelled push's region is not reused before this long.
+    absl::Duration quarantine = absl::Seconds(2);
+  };
+
+  // `grpc` carries the control stream; `worker` registers and serves the
+  // regions; `fallback` (may be null: UCX or fail) takes the pushes UCX
+  // cannot carry. All must outlive this.
+  UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker, KvSender* fallback,
+              Options options);
+  UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker, KvSender* fallback)
+      : UcxKvSender(grpc, worker, fallback, Options()) {}
+  ~UcxKvSender() override;  // unregisters the pooled regions
+  absl::StatusOr<std::unique_ptr<KvPushStream>> Open(
+      const std::string& target, const pb::KvHeader& header,
+      absl::Time deadline) override;
+
+  // Whether `target` accepts UCX pushes (Describe, cached per target;
+  // errors: the Describe call failed).
+  absl::StatusOr<bool> UcxUsable(const std::string& target,
+                                 absl::Time deadline);
+  // What `target`'s Describe said (cached; a negative answer for
+  // kNegativeTtl).
+  struct Peer {
+    bool usable = false;
+    std::string address;       // D's UCX worker
+    bool peer_errors = false;  // UCX detects a dead D (not on one host)
+    absl::Time at;
+  };
+  absl::StatusOr<Peer> PeerOf(const std::string& target, absl::Time deadline);
+  // Drops the cached answer for `target` (after a failed push).
+  void Forget(const std::string& target);
+
+  // A registered ring of at least `bytes`: the smallest reusable pooled
+  // one not more than twice as large (or than kRegionRound), else a new one.
+  absl::StatusOr<std::unique_ptr<UcxRegion>> TakeRegion(int64_t bytes);
+  // Back to the pool; `clean`: D acknowledged the push (reusable at once).
+  void ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean);
+  int pooled_regions();
+  // Regions held by pushes in flight.
+  int regions_in_use() const { return in_use_.load(); }
+
+  GrpcKvSender* grpc() const { return grpc_; }
+  KvSender* fallback() const { return fallback_; }
+  UcxWorker* worker() const { return worker_; }
+
+  static constexpr int64_t kRegionRound = int64_t{2} << 20;
+
+ private:
+  static constexpr absl::Duration kNegativeTtl = absl::Seconds(60);
+  struct Pooled {
+    std::unique_ptr<UcxRegion> region;
+    absl::Time since;       // returned
+    absl::Time not_before;  // reusable from
+  };
+  void ReapLoop();
+
+  GrpcKvSender* const grpc_;
+  UcxWorker* const worker_;
+  KvSender* const fallback_;
+  const Options options_;
+  std::atomic<int> in_use_{0};
+  absl::Mutex mu_;
+  std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
+  std::vector<Pooled> pool_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread reaper_;  // unregisters regions idle for pool_idle
+};
+
+}  // namespace pdserve::transport
+
+#endif  // PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
