@@ -134,6 +134,32 @@ if (!same) {
 EOF
 }
 
+# The OpenAI-compatible HTTP API on 127.0.0.1:PORT: /health is 200 and a
+# greedy /v1/completions of the reference prompt returns the reference text.
+http_check() {
+  local port=$1 what=$2
+  curl -sf --max-time 10 "http://127.0.0.1:$port/health" >/dev/null ||
+    die "$what: GET /health on port $port is not 200"
+  curl -sf --max-time 60 "http://127.0.0.1:$port/v1/completions" \
+    -H 'Content-Type: application/json' \
+    -d "$(node -e 'console.log(JSON.stringify({model: "x", prompt: process.argv[1],
+          max_tokens: Number(process.argv[2]), temperature: 0}))' "$PROMPT" "$MAX_TOKENS")" \
+    >"$WORK/completion.json" || die "$what: POST /v1/completions on port $port failed"
+  node - "$REF" "$WORK/completion.json" "$what" <<'EOF'
+const fs = require("fs");
+const [refFile, outFile, what] = process.argv.slice(2);
+const ref = JSON.parse(fs.readFileSync(refFile, "utf8").split("\n")[0]);
+const out = JSON.parse(fs.readFileSync(outFile, "utf8"));
+const text = out.choices[0].text;
+console.log(`${what}: HTTP /v1/completions returned ${out.usage.completion_tokens} tokens, ` +
+            `text ${text === ref.output_text ? "equal to" : "DIFFERENT from"} the reference`);
+if (text !== ref.output_text) {
+  console.error(`expected ${JSON.stringify(ref.output_text)}\n     got ${JSON.stringify(text)}`);
+  process.exit(1);
+}
+EOF
+}
+
 # Scrapes http://127.0.0.1:PORT/metrics and checks that the router counted the
 # generated tokens of the request(s) sent so far.
 check_metrics() {
@@ -151,15 +177,18 @@ check_metrics() {
 # --- 3. `pdserve up` in one container. ----------------------------------------
 PORT=$(free_port)
 MPORT=$(free_port)
+HPORT=$(free_port)
 NAME="$TAG-up"
 CONTAINERS+=("$NAME")
 # The image's default command: `pdserve up` with the router on 0.0.0.0:50051
-# and its /metrics on 9090.
+# its /metrics on 9090 and its OpenAI-compatible HTTP API on 8000.
 log "running $IMAGE (default command: $(podman image inspect "$IMAGE" --format '{{.Config.Cmd}}'))" \
     "as $NAME, router on 127.0.0.1:$PORT, metrics on 127.0.0.1:$MPORT"
-podman run -d --name "$NAME" -p "127.0.0.1:$PORT:50051" -p "127.0.0.1:$MPORT:9090" "$IMAGE" >/dev/null
+podman run -d --name "$NAME" -p "127.0.0.1:$PORT:50051" -p "127.0.0.1:$MPORT:9090" \
+  -p "127.0.0.1:$HPORT:8000" "$IMAGE" >/dev/null
 generate_and_check "127.0.0.1:$PORT" "pdserve up in a container"
 check_metrics "$MPORT" "pdserve up in a container" "$MAX_TOKENS"
+http_check "$HPORT" "pdserve up in a container"
 # SIGTERM stops the whole process tree and `up` exits cleanly.
 podman stop -t 30 "$NAME" >/dev/null
 code=$(podman inspect "$NAME" --format '{{.State.ExitCode}}')
@@ -169,14 +198,16 @@ log "pdserve up stopped on SIGTERM with exit code 0"
 # --- 4. The Kubernetes manifests with podman play kube. ------------------------
 PORT=$(free_port)
 MPORT=$(free_port)
+HPORT=$(free_port)
 NET="$TAG-net"
 KUBE="$WORK/podman-test.yaml"
 kubectl kustomize "$ROOT/deploy/k8s/overlays/podman-test" >"$WORK/rendered.yaml"
-# The overlay publishes the router on 127.0.0.1:50051/9090: use free ports.
+# The overlay publishes the router on 127.0.0.1:50051/9090/8000: use free ports.
 sed -e "s/hostPort: 50051$/hostPort: $PORT/" -e "s/hostPort: 9090$/hostPort: $MPORT/" \
-  "$WORK/rendered.yaml" >"$KUBE"
-grep -q "hostPort: $PORT" "$KUBE" && grep -q "hostPort: $MPORT" "$KUBE" ||
-  die "the podman-test overlay no longer publishes the router's ports 50051/9090"
+  -e "s/hostPort: 8000$/hostPort: $HPORT/" "$WORK/rendered.yaml" >"$KUBE"
+grep -q "hostPort: $PORT" "$KUBE" && grep -q "hostPort: $MPORT" "$KUBE" &&
+  grep -q "hostPort: $HPORT" "$KUBE" ||
+  die "the podman-test overlay no longer publishes the router's ports 50051/9090/8000"
 for d in $(awk '/^kind: Deployment/{d=1} d && /^  name: /{print $2; d=0}' "$KUBE"); do
   PODS+=("$d-pod-0")
 done
@@ -214,4 +245,5 @@ for role in prefill decode; do
     die "router's healthy $role endpoints are '$healthy', expected the pod at $ip:$port"
   log "router routes $role to pod pdserve-$role-pod-0 at $ip:$port (resolved by DNS)"
 done
+http_check "$HPORT" "podman play kube router"
 log "PASS in $(($(date +%s) - START))s"

@@ -248,6 +248,22 @@ function checkConsistency(docs, opts) {
           fail(where, `prometheus.io/port=${ann} but --metrics_port=${mport}`);
         }
       }
+      // The router's HTTP port (OpenAI API): declared as "http" and what an
+      // httpGet probe checks, by name or number.
+      if (flags.has("http_port") && Number(flags.get("http_port")) > 0) {
+        const hport = Number(flags.get("http_port"));
+        if (declared && ports.get("http") !== hport) {
+          fail(where, `container port http != --http_port=${hport}`);
+        }
+        for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+          const get = c[probe] && c[probe].httpGet;
+          if (!get) continue;
+          const target = typeof get.port === "string" ? ports.get(get.port) : get.port;
+          if (declared && target !== hport) {
+            fail(where, `${probe} GETs port ${get.port}, the HTTP server listens on ${hport}`);
+          }
+        }
+      }
       if (flags.has("drain_timeout_seconds")) {
         const drain = Number(flags.get("drain_timeout_seconds"));
         const grace = pod.terminationGracePeriodSeconds === undefined ? 30 : pod.terminationGracePeriodSeconds;
