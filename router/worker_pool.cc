@@ -16,11 +16,14 @@ namespace pdserve {
 namespace {
 
 // A healthy worker whose health/status polls time out stays routable until
-// this many polls in a row time out: on a CPU-bound worker (e.g. one core
-// busy with a long prefill) the answer can be late without anything being
-// wrong. A refused connection, NOT_SERVING or draining counts at once, so a
-// dead worker is still dropped on the first poll.
+// its polls have timed out for this long (and at least 3 in a row): on a
+// CPU-bound worker (one core busy with long prefills, or a machine running
+// more than it has cores) the answer can be seconds late without anything
+// being wrong. A refused connection, NOT_SERVING or draining counts at once,
+// so a dead (killed) worker is still dropped on the first poll; a hung one
+// after this grace.
 constexpr int kTimeoutsBeforeUnhealthy = 3;
+constexpr absl::Duration kLateAnswerGrace = absl::Seconds(10);
 
 std::shared_ptr<WorkerEndpoint> MakeEndpoint(
     const std::string& address,
@@ -48,6 +51,7 @@ void WorkerPool::ExportHealth(const std::string& address, bool healthy) {
 }
 
 void WorkerPool::PollEndpoint(WorkerEndpoint& ep) {
+  const absl::Time poll_start = absl::Now();
   absl::Status health = CheckHealth(*ep.channel, absl::Milliseconds(1000));
   pb::WorkerStatusResponse status;
   if (health.ok()) {
@@ -61,8 +65,12 @@ void WorkerPool::PollEndpoint(WorkerEndpoint& ep) {
     health = absl::UnavailableError("draining");
   }
   absl::MutexLock lock(&ep.mu);
+  if (health.code() == absl::StatusCode::kDeadlineExceeded && ep.healthy) {
+    if (ep.consecutive_timeouts++ == 0) ep.late_since = poll_start;
+  }
   if (health.code() == absl::StatusCode::kDeadlineExceeded && ep.healthy &&
-      ++ep.consecutive_timeouts < kTimeoutsBeforeUnhealthy) {
+      (ep.consecutive_timeouts < kTimeoutsBeforeUnhealthy ||
+       absl::Now() - ep.late_since < kLateAnswerGrace)) {
     PDSERVE_LOG_DEBUG("worker %s answered late (%d in a row): %s", ep.address,
                       ep.consecutive_timeouts, health.message());
     return;

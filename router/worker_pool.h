@@ -43,9 +43,11 @@ struct WorkerEndpoint {
 
   mutable absl::Mutex mu;
   bool healthy ABSL_GUARDED_BY(mu) = false;
-  // Health polls in a row that timed out (a worker busy computing on few
-  // cores answers late; only a run of them marks it unhealthy).
+  // Health polls in a row that timed out, and when the first of them was
+  // sent (a worker busy computing on few cores answers late; only late
+  // answers that go on for a while mark it unhealthy).
   int consecutive_timeouts ABSL_GUARDED_BY(mu) = 0;
+  absl::Time late_since ABSL_GUARDED_BY(mu);
   std::string last_error ABSL_GUARDED_BY(mu);
   pb::WorkerStatusResponse status ABSL_GUARDED_BY(mu);
 };

@@ -58,10 +58,32 @@ ABSL_FLAG(std::vector<std::string>, prompt_ids, {},
 ABSL_FLAG(std::string, target, "localhost:50051",
           "router address HOST:PORT (clients: generate, bench)");
 
-ABSL_FLAG(std::vector<std::string>, decode, {},
-          "tokenize: decode these comma-separated ids instead of encoding; "
-          "up: number of decode workers (default 1)");
-
 ABSL_FLAG(bool, json, false, "print results as JSON");
 ABSL_FLAG(std::string, input_jsonl, "",
           "read one request per line from this JSONL file");
+
+namespace pdserve {
+
+std::vector<std::string> EngineFlagNames() {
+  return {"model",    "dtype",           "quantization",
+          "kv_dtype", "kv_cache_memory", "block_size",
+          "threads",  "device",          "prefix_caching"};
+}
+
+std::vector<std::string> SamplingFlagNames() {
+  return {"max_tokens",
+          "temperature",
+          "top_p",
+          "top_k",
+          "min_p",
+          "repetition_penalty",
+          "presence_penalty",
+          "frequency_penalty",
+          "seed",
+          "ignore_eos",
+          "top_logprobs",
+          "stop",
+          "stop_token_ids"};
+}
+
+}  // namespace pdserve

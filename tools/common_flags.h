@@ -45,12 +45,19 @@ ABSL_DECLARE_FLAG(std::vector<std::string>, prompt_ids);      // 1,2,3
 // Clients of the router (generate, bench).
 ABSL_DECLARE_FLAG(std::string, target);  // router HOST:PORT
 
-// Shared name, two uses: `tokenize --decode=1,2,3` (ids to decode) and
-// `up --decode=M` (number of decode workers; one element).
-ABSL_DECLARE_FLAG(std::vector<std::string>, decode);
-
 // Input/output.
 ABSL_DECLARE_FLAG(bool, json);
 ABSL_DECLARE_FLAG(std::string, input_jsonl);
+
+namespace pdserve {
+
+// Flag groups for a subcommand's shared flags (PDSERVE_SUBCOMMAND in
+// tools/subcommand.h), named after what reads them.
+// The engine: what EngineOptionsFromFlags (tools/engine_flags.h) reads.
+std::vector<std::string> EngineFlagNames();
+// Sampling and stopping of a request (complete, generate, up's demo).
+std::vector<std::string> SamplingFlagNames();
+
+}  // namespace pdserve
 
 #endif  // PDSERVE_TOOLS_COMMON_FLAGS_H_

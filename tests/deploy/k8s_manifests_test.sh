@@ -128,17 +128,30 @@ cmp -s "$CPU" "$OUT/rehashed.yaml" && fail "control: the ConfigMap hash edit cha
 node "$SCHEMA/same_objects.js" "$CPU" "$OUT/rehashed.yaml" >/dev/null ||
   fail "control: same_objects.js must ignore only the generated ConfigMap hash"
 
-# 4. Every flag in the ConfigMaps exists in the binary (absl rejects an unknown
-#    flag in a --flagfile, and Kubernetes would crash-loop the pod).
+# 4. Every flag in the ConfigMaps is a flag of the role that reads the file
+#    (pdserve refuses an unknown or another subcommand's flag, also in a
+#    --flagfile, and Kubernetes would crash-loop the pod). device.flags is
+#    read by both workers.
 if [ ! -x "$PDSERVE" ]; then
   fail "pdserve binary not found at $PDSERVE (build it first)"
 else
   n=0
   for f in "$OUT"/flags/*.flags; do
     n=$((n + 1))
-    if ! "$PDSERVE" version "--flagfile=$f" >/dev/null 2>"$OUT/flag.err"; then
-      fail "flags $(basename "$f") rejected by $PDSERVE: $(grep -m1 -i error "$OUT/flag.err" || head -n1 "$OUT/flag.err")"
-    fi
+    base=$(basename "$f" .flags)
+    case "$base" in
+      *router*) roles=router ;;
+      *prefill*) roles=prefill ;;
+      *decode*) roles=decode ;;
+      *) roles="prefill decode" ;;
+    esac
+    for role in $roles; do
+      "$PDSERVE" "$role" --help >"$OUT/help.txt" 2>&1 || fail "pdserve $role --help failed"
+      for flag in $(grep -oE '^--[a-z0-9_]+' "$f"); do
+        grep -q -- "^  $flag " "$OUT/help.txt" ||
+          fail "flags $(basename "$f"): $flag is not a flag of pdserve $role"
+      done
+    done
   done
   echo "checked $n rendered flag files against $PDSERVE"
 fi

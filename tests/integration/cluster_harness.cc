@@ -7,12 +7,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "nlohmann/json.hpp"
@@ -25,6 +28,42 @@ std::vector<std::string> KvTransportFlagsFromEnv() {
   const char* t = getenv("PDSERVE_TEST_KV_TRANSPORT");
   if (t == nullptr || *t == '\0') return {};
   return {absl::StrCat("--kv_transport=", t)};
+}
+
+std::set<std::string> FlagsOfRole(const std::string& role) {
+  static absl::Mutex mu;
+  static auto* cache = new std::map<std::string, std::set<std::string>>();
+  absl::MutexLock lock(&mu);
+  auto it = cache->find(role);
+  if (it != cache->end()) return it->second;
+  std::set<std::string> names;
+  FILE* p = popen(
+      absl::StrCat(PdserveBinary(), " ", role, " --help 2>/dev/null").c_str(),
+      "r");
+  if (p != nullptr) {
+    char line[4096];
+    while (fgets(line, sizeof(line), p) != nullptr) {
+      absl::string_view l = line;
+      if (!absl::ConsumePrefix(&l, "  --")) continue;
+      names.insert(std::string(l.substr(0, l.find(' '))));
+    }
+    pclose(p);
+  }
+  (*cache)[role] = names;
+  return names;
+}
+
+std::vector<std::string> KeepFlagsOf(const std::string& role,
+                                     const std::vector<std::string>& flags) {
+  const std::set<std::string> takes = FlagsOfRole(role);
+  std::vector<std::string> out;
+  for (const std::string& f : flags) {
+    absl::string_view name = f;
+    absl::ConsumePrefix(&name, "--");
+    name = name.substr(0, name.find('='));
+    if (takes.count(std::string(name))) out.push_back(f);
+  }
+  return out;
 }
 
 TempDir::TempDir() {
@@ -45,10 +84,11 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
   rp->log_path = absl::StrCat(dir, "/", name, ".log");
   const std::string port_file = absl::StrCat(dir, "/", name, ".port");
   std::vector<std::string> argv = spec.wrapper;
+  argv.push_back(PdserveBinary());
+  argv.push_back(spec.role);
   for (std::string a :
-       {PdserveBinary(), spec.role, std::string("--port=0"),
-        std::string("--host=127.0.0.1"), std::string("--threads=1"),
-        absl::StrCat("--port_file=", port_file)}) {
+       KeepFlagsOf(spec.role, {"--port=0", "--host=127.0.0.1", "--threads=1",
+                               absl::StrCat("--port_file=", port_file)})) {
     argv.push_back(std::move(a));
   }
   argv.insert(argv.end(), spec.flags.begin(), spec.flags.end());
@@ -109,21 +149,26 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   if (!c->options_.internal_creds) {
     c->options_.internal_creds = grpc::InsecureChannelCredentials();
   }
-  auto flags = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> f = options.common_flags;
+  // A role gets the common flags it takes (as `up` hands its flags on), then
+  // its own, unfiltered.
+  auto flags = [&](const std::string& role,
+                   const std::vector<std::string>& extra) {
+    std::vector<std::string> f = KeepFlagsOf(role, options.common_flags);
     f.insert(f.end(), extra.begin(), extra.end());
     return f;
   };
   // Workers: the KV transport the test run asks for first, so that a test's
   // own --kv_transport (later on the command line) wins.
-  auto worker_flags = [&](const std::vector<std::string>& extra) {
+  auto worker_flags = [&](const std::string& role,
+                          const std::vector<std::string>& extra) {
     std::vector<std::string> f = KvTransportFlagsFromEnv();
-    for (std::string& x : flags(extra)) f.push_back(std::move(x));
+    for (std::string& x : flags(role, extra)) f.push_back(std::move(x));
     return f;
   };
   for (int i = 0; i < options.prefill; ++i) {
-    auto p = StartRole({"prefill", worker_flags(options.prefill_flags)},
-                       absl::StrCat("prefill", i), c->dir_.path());
+    auto p =
+        StartRole({"prefill", worker_flags("prefill", options.prefill_flags)},
+                  absl::StrCat("prefill", i), c->dir_.path());
     if (!p.ok()) return p.status();
     c->prefill_.push_back(*std::move(p));
   }
@@ -133,8 +178,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
         it != options.decode_flags_of.end()) {
       own.insert(own.end(), it->second.begin(), it->second.end());
     }
-    auto d = StartRole({"decode", worker_flags(own)}, absl::StrCat("decode", i),
-                       c->dir_.path());
+    auto d = StartRole({"decode", worker_flags("decode", own)},
+                       absl::StrCat("decode", i), c->dir_.path());
     if (!d.ok()) return d.status();
     c->decode_.push_back(*std::move(d));
   }
@@ -144,7 +189,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   for (size_t i = 0; i < options.modes.size(); ++i) {
     // The HTTP API on a free port (a test's router_flags may override).
     std::vector<std::string> rf = {"--http_port=-1"};
-    for (std::string& f : flags(options.router_flags))
+    for (std::string& f : flags("router", options.router_flags))
       rf.push_back(std::move(f));
     rf.push_back(absl::StrCat("--mode=", options.modes[i]));
     rf.push_back("--worker_poll_ms=100");

@@ -9,6 +9,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,13 @@ std::string PdserveBinary();
 // environment, reaches the workers as it is), else none. The harness puts it
 // first on every prefill and decode worker's command line.
 std::vector<std::string> KvTransportFlagsFromEnv();
+
+// The flags `pdserve ROLE` takes (from its --help; cached), and FLAGS
+// ("--name=value") without those ROLE does not take: a subcommand refuses
+// flags that are not its own.
+std::set<std::string> FlagsOfRole(const std::string& role);
+std::vector<std::string> KeepFlagsOf(const std::string& role,
+                                     const std::vector<std::string>& flags);
 
 // A fresh temporary directory, removed by the destructor.
 class TempDir {

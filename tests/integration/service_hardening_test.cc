@@ -32,8 +32,11 @@ void ExpectTakenPortRefused(const std::string& role,
                             const std::string& port_in_message) {
   SCOPED_TRACE(absl::StrCat(role, " on taken port ", port_in_message));
   TempDir dir;
-  std::vector<std::string> argv = {PdserveBinary(), role, "--host=127.0.0.1",
-                                   "--threads=1"};
+  std::vector<std::string> argv = {PdserveBinary(), role};
+  for (const std::string& f :
+       KeepFlagsOf(role, {"--host=127.0.0.1", "--threads=1"})) {
+    argv.push_back(f);
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   SubprocessOptions so;
   so.stdout_path = dir.path() + "/log";

@@ -145,7 +145,7 @@ TEST(UcxNetnsTest, UcxTcpCrossesAVethBetweenTwoNamespaces) {
                    const std::string& veth, std::vector<std::string> flags) {
     ProcessSpec spec;
     spec.role = role;
-    spec.flags = common;
+    spec.flags = KeepFlagsOf(role, common);  // the router has no KV transport
     spec.flags.insert(spec.flags.end(), flags.begin(), flags.end());
     spec.wrapper =
         n.Exec(nsname, {"UCX_TLS=tcp", absl::StrCat("UCX_NET_DEVICES=", veth)});

@@ -392,6 +392,8 @@ PDSERVE_SUBCOMMAND(
     "pdserve bench-engine --model=synthetic:llama-110m --dtype=f32|bf16 "
     "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 "
     "[--device=cpu|cuda] [--json]",
+    FlagNames({{"model", "dtype", "quantization", "block_size", "threads",
+                "device", "json"}}),
     RunBenchEngine);
 
 }  // namespace

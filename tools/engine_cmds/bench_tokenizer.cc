@@ -151,7 +151,7 @@ PDSERVE_SUBCOMMAND(
     "bench-tokenizer", "single-threaded tokenizer encode throughput",
     "pdserve bench-tokenizer --tokenizer=PATH [--file=TEXT] [--corpus_mb=4] "
     "[--write_corpus=PATH] [--passes=2] [--word_cache=false]",
-    RunBenchTokenizer);
+    FlagNames({{"model", "tokenizer"}}), RunBenchTokenizer);
 
 }  // namespace
 }  // namespace pdserve

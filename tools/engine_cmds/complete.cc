@@ -305,6 +305,10 @@ PDSERVE_SUBCOMMAND(
     "pdserve complete --input_jsonl=FILE   (one {\"prompt_ids\": [...], ...} "
     "per "
     "line, run concurrently; one JSON line per request, in input order)",
+    FlagNames({EngineFlagNames(),
+               SamplingFlagNames(),
+               {"max_num_seqs", "prefill_chunk_tokens", "tokenizer",
+                "prompt_ids", "input_jsonl", "json"}}),
     RunComplete);
 
 }  // namespace

@@ -225,6 +225,7 @@ PDSERVE_SUBCOMMAND(
     "special tokens (the template writes BOS itself).\n"
     "Exit status: 0 when every line rendered or failed with a template\n"
     "error; 1 for unreadable input or an unusable template; 2 for bad usage.",
+    FlagNames({{"model", "tokenizer", "chat_template", "input_jsonl", "json"}}),
     RunRenderChat);
 
 }  // namespace

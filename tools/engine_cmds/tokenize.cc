@@ -18,8 +18,10 @@
 
 ABSL_FLAG(bool, add_special_tokens, false,
           "tokenize: apply the post-processor (e.g. add <s>)");
+ABSL_FLAG(std::vector<std::string>, decode_ids, {},
+          "decode these comma-separated token ids instead of encoding TEXT");
 ABSL_FLAG(bool, skip_special_tokens, false,
-          "tokenize --decode: leave special tokens out of the text");
+          "--decode_ids: leave special tokens out of the text");
 
 namespace pdserve {
 namespace {
@@ -90,13 +92,13 @@ int RunTokenize(const std::vector<std::string>& args) {
   if (!absl::GetFlag(FLAGS_input_jsonl).empty()) {
     return RunJsonl(tok, absl::GetFlag(FLAGS_input_jsonl));
   }
-  if (!absl::GetFlag(FLAGS_decode).empty()) {
+  if (!absl::GetFlag(FLAGS_decode_ids).empty()) {
     std::vector<int32_t> ids;
-    for (const std::string& s : absl::GetFlag(FLAGS_decode)) {
+    for (const std::string& s : absl::GetFlag(FLAGS_decode_ids)) {
       int32_t id;
       if (!absl::SimpleAtoi(s, &id)) {
         return Fail(absl::InvalidArgumentError(
-            absl::StrCat("--decode: '", s, "' is not a token id")));
+            absl::StrCat("--decode_ids: '", s, "' is not a token id")));
       }
       ids.push_back(id);
     }
@@ -111,7 +113,7 @@ int RunTokenize(const std::vector<std::string>& args) {
   }
   if (args.size() < 2) {
     return Fail(absl::InvalidArgumentError(
-        "give TEXT, --decode=IDS or --input_jsonl=FILE"));
+        "give TEXT, --decode_ids=IDS or --input_jsonl=FILE"));
   }
   const std::string text = absl::StrJoin(
       std::vector<std::string>(args.begin() + 1, args.end()), " ");
@@ -131,12 +133,13 @@ PDSERVE_SUBCOMMAND(
     "tokenize", "encode text / decode ids with a tokenizer.json",
     "pdserve tokenize --tokenizer=DIR_or_tokenizer.json [--add_special_tokens] "
     "[--json] TEXT\n"
-    "pdserve tokenize --tokenizer=... --decode=1,2,3 [--skip_special_tokens] "
+    "pdserve tokenize --tokenizer=... --decode_ids=1,2,3 "
+    "[--skip_special_tokens] "
     "[--json]\n"
     "pdserve tokenize --tokenizer=... --input_jsonl=FILE   ({\"text\": ...} "
     "per line -> {\"ids_no_special\", \"ids_with_special\", \"decoded\"})\n"
     "--tokenizer defaults to the --model directory.",
-    RunTokenize);
+    FlagNames({{"model", "tokenizer", "input_jsonl", "json"}}), RunTokenize);
 
 }  // namespace
 }  // namespace pdserve

@@ -10,7 +10,7 @@ int RunVersion(const std::vector<std::string>&) {
   return 0;
 }
 
-PDSERVE_SUBCOMMAND("version", "print the version", "pdserve version",
+PDSERVE_SUBCOMMAND("version", "print the version", "pdserve version", {},
                    RunVersion);
 
 }  // namespace

@@ -411,6 +411,8 @@ PDSERVE_SUBCOMMAND(
     "[--slo_tpot_ms=..] [--slo_e2e_ms=..] [--json_out=F] [--plot=F.svg] "
     "[--sweep --request_rates=1,2,4,8]\n"
     "       pdserve bench --compare=a.json,b.json [--plot=F.svg]",
+    FlagNames({{"target", "model", "tokenizer", "temperature", "top_p", "top_k",
+                "min_p", "seed", "json"}}),
     RunBenchCommand);
 
 }  // namespace

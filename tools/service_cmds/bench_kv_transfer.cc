@@ -416,6 +416,7 @@ PDSERVE_SUBCOMMAND(
     "pdserve bench-kv-transfer [--kv_bench_model=synthetic:llama-110m] "
     "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] "
     "[--kv_bench_paths=memcpy,ucx,...] [--json]",
+    FlagNames({{"dtype", "kv_dtype", "block_size", "json"}}),
     RunBenchKvTransfer);
 
 }  // namespace

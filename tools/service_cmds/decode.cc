@@ -77,6 +77,10 @@ int RunDecode(const std::vector<std::string>&) {
 PDSERVE_SUBCOMMAND("decode", "run a decode worker (gRPC)",
                    "pdserve decode [--port=50053] [--model=DIR] "
                    "[--kv_cache_memory=256MiB] [--kv_lease_seconds=5]",
+                   FlagNames({EngineFlagNames(),
+                              ServerFlagNames(),
+                              {"max_num_seqs", "prefill_chunk_tokens",
+                               "kv_transport"}}),
                    RunDecode);
 
 }  // namespace

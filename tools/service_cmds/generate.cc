@@ -198,6 +198,8 @@ PDSERVE_SUBCOMMAND(
     "--top_logprobs] (PROMPT... | --prompt_ids=1,2,3 | --chat=MESSAGE | "
     "--messages_json=FILE)\n"
     "pdserve generate --target=HOST:PORT --input_jsonl=FILE [--concurrency=K]",
+    FlagNames({SamplingFlagNames(),
+               {"target", "prompt_ids", "input_jsonl", "json"}}),
     RunGenerateCmd);
 
 }  // namespace

@@ -91,6 +91,9 @@ PDSERVE_SUBCOMMAND(
     "prefill", "run a prefill worker (gRPC)",
     "pdserve prefill [--port=50052] [--model=DIR] [--internal_ca=... "
     "--internal_cert=... --internal_key=...]",
+    FlagNames({EngineFlagNames(),
+               ServerFlagNames(),
+               {"prefill_chunk_tokens", "kv_transport"}}),
     RunPrefill);
 
 }  // namespace

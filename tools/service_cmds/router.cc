@@ -254,6 +254,9 @@ PDSERVE_SUBCOMMAND(
     "pdserve router --prefill_workers=h:p,... --decode_workers=h:p,... "
     "[--port=50051] [--http_port=8000] [--mode=disaggregated|colocated|auto] "
     "[--chat_template=FILE] [--tls_cert --tls_key]",
+    FlagNames({ServerFlagNames(),
+               {"model", "tokenizer", "block_size", "chat_template", "mode",
+                "tls_cert", "tls_key"}}),
     RunRouter);
 
 }  // namespace

@@ -50,6 +50,17 @@ std::atomic<int> g_http_port{0};
 
 }  // namespace
 
+std::vector<std::string> ServerFlagNames() {
+  return {"host",
+          "port",
+          "port_file",
+          "metrics_port",
+          "drain_timeout_seconds",
+          "internal_ca",
+          "internal_cert",
+          "internal_key"};
+}
+
 TlsFiles InternalTlsFromFlags() {
   TlsFiles t;
   t.ca = absl::GetFlag(FLAGS_internal_ca);

@@ -33,6 +33,11 @@ namespace pdserve {
 
 // --internal_ca/--internal_cert/--internal_key.
 TlsFiles InternalTlsFromFlags();
+
+// The flags of a serving role (prefill, decode, router) this file reads:
+// listening (--host, --port, --port_file, --metrics_port), draining and
+// internal TLS. A flag group for PDSERVE_SUBCOMMAND (tools/subcommand.h).
+std::vector<std::string> ServerFlagNames();
 // Server credentials of a worker's internal port (mTLS when --internal_ca).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>>
 InternalServerCredentials();

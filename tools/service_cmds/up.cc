@@ -37,19 +37,20 @@
 
 ABSL_DECLARE_FLAG(int32_t, http_port);
 
-ABSL_FLAG(int32_t, prefill, 1, "up: number of prefill workers");
+ABSL_FLAG(int32_t, prefill, 1, "number of prefill workers");
+ABSL_FLAG(int32_t, decode, 1, "number of decode workers");
 ABSL_FLAG(std::string, demo_prompt, "",
-          "up: start the cluster, stream one answer to this prompt, stop");
+          "start the cluster, stream one answer to this prompt, stop");
 ABSL_FLAG(int32_t, startup_timeout_seconds, 120,
-          "up: how long the cluster may take to become healthy");
+          "how long the cluster may take to become healthy");
 ABSL_FLAG(std::string, prefill_args, "",
-          "up: extra flags for every prefill worker (space-separated)");
+          "extra flags for every prefill worker (space-separated)");
 ABSL_FLAG(std::string, decode_args, "",
-          "up: extra flags for every decode worker (space-separated)");
+          "extra flags for every decode worker (space-separated)");
 ABSL_FLAG(std::string, router_args, "",
-          "up: extra flags for the router (space-separated)");
+          "extra flags for the router (space-separated)");
 ABSL_FLAG(std::string, restart, "on-failure",
-          "up: restart a child that fails (exits non-zero or is killed), on "
+          "restart a child that fails (exits non-zero or is killed), on "
           "its ports, with exponential backoff (on-failure), or leave it "
           "down (never)");
 
@@ -88,7 +89,10 @@ std::vector<std::string> SplitArgs(const std::string& s) {
 }
 
 // Flags every child shares with `up`.
-std::vector<std::string> CommonChildFlags(int threads) {
+// The flags of `up` that `role` takes, as its command line (each child gets
+// only the flags its subcommand takes: the router has no --dtype).
+std::vector<std::string> CommonChildFlags(const std::string& role,
+                                          int threads) {
   std::vector<std::string> f = {
       absl::StrCat("--model=", absl::GetFlag(FLAGS_model)),
       absl::StrCat("--tokenizer=", absl::GetFlag(FLAGS_tokenizer)),
@@ -113,7 +117,15 @@ std::vector<std::string> CommonChildFlags(int threads) {
         std::pair{"internal_key", absl::GetFlag(FLAGS_internal_key)}}) {
     if (!value.empty()) f.push_back(absl::StrCat("--", flag, "=", value));
   }
-  return f;
+  const std::vector<std::string> takes = FlagsOfSubcommand(role);
+  std::vector<std::string> out;
+  for (std::string& flag : f) {
+    const std::string name = flag.substr(2, flag.find('=') - 2);
+    if (std::binary_search(takes.begin(), takes.end(), name)) {
+      out.push_back(std::move(flag));
+    }
+  }
+  return out;
 }
 
 absl::Status StartChild(const std::string& self, const std::string& role,
@@ -235,13 +247,10 @@ int RunUp(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("up");
   const int num_p = absl::GetFlag(FLAGS_prefill);
-  // --decode is shared with `tokenize` (a list flag): one number here.
-  int num_d = 1;
-  const std::vector<std::string> decode_flag = absl::GetFlag(FLAGS_decode);
-  if (decode_flag.size() > 1 ||
-      (decode_flag.size() == 1 && !absl::SimpleAtoi(decode_flag[0], &num_d))) {
-    return FailWith("up",
-                    absl::InvalidArgumentError("--decode takes one number"));
+  const int num_d = absl::GetFlag(FLAGS_decode);
+  // Checked here, not first by a child that exits while starting.
+  if (auto transport = KvTransportModeFromFlags(); !transport.ok()) {
+    return FailWith("up", transport.status());
   }
   const std::string restart_policy = absl::GetFlag(FLAGS_restart);
   if (restart_policy != "on-failure" && restart_policy != "never") {
@@ -281,7 +290,7 @@ int RunUp(const std::vector<std::string>&) {
     Child c;
     c.name =
         is_p ? absl::StrCat("prefill", i) : absl::StrCat("decode", i - num_p);
-    auto flags = CommonChildFlags(threads);
+    auto flags = CommonChildFlags(is_p ? "prefill" : "decode", threads);
     flags.push_back("--port=0");
     for (auto& a : SplitArgs(
              absl::GetFlag(is_p ? FLAGS_prefill_args : FLAGS_decode_args))) {
@@ -302,7 +311,7 @@ int RunUp(const std::vector<std::string>&) {
   {
     Child r;
     r.name = "router";
-    auto flags = CommonChildFlags(threads);
+    auto flags = CommonChildFlags("router", threads);
     const int port = absl::GetFlag(FLAGS_port);
     flags.push_back(absl::StrCat("--port=", port < 0 ? 50051 : port));
     flags.push_back(absl::StrCat("--mode=", mode));
@@ -450,6 +459,18 @@ PDSERVE_SUBCOMMAND("up",
                    "[--chat_template=FILE] [--restart=on-failure|never] "
                    "[--mode=disaggregated|colocated|auto] "
                    "[--demo_prompt=\"Once upon a time\"]",
+                   FlagNames({SamplingFlagNames(),
+                              {"model",         "tokenizer",
+                               "dtype",         "quantization",
+                               "kv_dtype",      "kv_cache_memory",
+                               "block_size",    "threads",
+                               "max_num_seqs",  "prefill_chunk_tokens",
+                               "kv_transport",  "port",
+                               "http_port",     "mode",
+                               "chat_template", "drain_timeout_seconds",
+                               "tls_cert",      "tls_key",
+                               "internal_ca",   "internal_cert",
+                               "internal_key"}}),
                    RunUp);
 
 }  // namespace

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Each subcommand takes only its own flags (tools/subcommand.h): `--help`
+# lists only those, an unknown or another subcommand's flag is an error that
+# names the subcommand (also from a --flagfile), no flag name has two
+# meanings, and up checks --kv_transport itself.
+#   tests/cli/flags_test.sh PATH/TO/pdserve
+set -uo pipefail
+PDSERVE=${1:?usage: flags_test.sh PATH/TO/pdserve}
+cd "$(dirname "$0")/../.."
+FAILS=0
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+ok() { echo "ok: $*"; }
+
+# Runs the command; expects exit status WANT and stderr+stdout containing
+# every PATTERN (fixed strings).
+expect() {
+  local want=$1 what=$2; shift 2
+  local -a patterns=()
+  while [ "$1" != "--" ]; do patterns+=("$1"); shift; done
+  shift
+  "$@" >"$WORK/out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$what: exit $rc, expected $want: $(head -c 400 "$WORK/out")"
+    return
+  fi
+  for p in "${patterns[@]}"; do
+    grep -qF -- "$p" "$WORK/out" || { fail "$what: output lacks '$p': $(head -c 400 "$WORK/out")"; return; }
+  done
+  ok "$what"
+}
+
+expect 0 "every registered flag exists and every flag is some subcommand's" \
+  "0 problems" -- "$PDSERVE" help --check_flags
+
+# --help of every subcommand: its usage and flags, exit 0.
+SUBS=$("$PDSERVE" help | awk '/^subcommands:/{s=1; next} s && /^  [a-z]/{print $1}')
+[ "$(echo "$SUBS" | wc -w)" -ge 10 ] || fail "pdserve help lists too few subcommands: $SUBS"
+for sub in $SUBS; do
+  expect 0 "pdserve $sub --help" "pdserve $sub:" "usage:" -- "$PDSERVE" "$sub" --help
+done
+
+# bench-engine's help lists its flags and none of the client's.
+"$PDSERVE" bench-engine --help >"$WORK/help" 2>&1
+for f in --prompt_len --gen_len --batch --dtype --threads; do
+  grep -q -- "^  $f " "$WORK/help" || fail "bench-engine --help lacks $f"
+done
+for f in --stop --target --tokenizer --temperature --http_port; do
+  ! grep -q -- "^  $f " "$WORK/help" || fail "bench-engine --help lists $f, which it does not take"
+done
+ok "bench-engine --help lists exactly its own flags (checked 5 in, 5 out)"
+
+# A flag of another subcommand: refused, naming this one and the owners.
+expect 2 "bench-engine --target (a client's flag)" \
+  "pdserve bench-engine: --target is not a flag of \`pdserve bench-engine\`" "pdserve generate" \
+  -- "$PDSERVE" bench-engine --target=127.0.0.1:1
+expect 2 "router --dtype (a worker's flag)" "pdserve router: --dtype" "pdserve prefill" \
+  -- "$PDSERVE" router --dtype=bf16
+expect 2 "an unknown flag" "pdserve up: unknown flag --no_such_flag" "pdserve up --help" \
+  -- "$PDSERVE" up --no_such_flag=1
+# ... also when it comes from a --flagfile (how the Kubernetes manifests pass flags).
+printf -- '--port=0\n--dtype=bf16\n' >"$WORK/router.flags"
+expect 2 "router --flagfile holding --dtype" "pdserve router: --dtype" \
+  -- "$PDSERVE" router "--flagfile=$WORK/router.flags"
+
+# One meaning per name: tokenize decodes with --decode_ids; --decode is up's
+# worker count.
+expect 0 "tokenize --decode_ids" "<s></s>" \
+  -- "$PDSERVE" tokenize --tokenizer=models/stories260K --decode_ids=1,2
+expect 2 "tokenize --decode (up's flag)" "pdserve tokenize: --decode" "pdserve up" \
+  -- "$PDSERVE" tokenize --tokenizer=models/stories260K --decode=1,2
+"$PDSERVE" up --help >"$WORK/help" 2>&1
+grep -q -- "^  --decode (default 1)" "$WORK/help" && grep -q -- "^  --prefill (default 1)" "$WORK/help" ||
+  fail "up --help does not list --prefill/--decode as worker counts"
+
+# Abseil's other spellings still work: "--flag value", "--noflag", one dash.
+expect 0 "complete --max_tokens 2 -prompt_ids 1,2 --noprefix_caching" '"output_ids"' \
+  -- "$PDSERVE" complete --max_tokens 2 -prompt_ids 1,2 --noprefix_caching --json
+
+# up checks --kv_transport before starting anything.
+expect 1 "up --kv_transport=bogus" "kv_transport" \
+  -- timeout 20 "$PDSERVE" up --kv_transport=bogus --port=0 --http_port=0
+grep -q "logs in" "$WORK/out" && fail "up --kv_transport=bogus started children before refusing"
+
+if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
+echo "PASS"
