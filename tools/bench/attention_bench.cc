@@ -7,7 +7,7 @@
 // engine. CPU time, not wall time, so that a shared machine's scheduling
 // does not enter (stalls on memory still count).
 //
-//   build/attention_bench [contexts...]   (default 16 512 2048)
+//   build/tools/attention_bench [contexts...]   (default 16 512 2048)
 #include <immintrin.h>
 #include <time.h>
 
