@@ -56,7 +56,10 @@ KvCache::KvCache(const KvLayout& layout, int64_t num_blocks, char* base,
       base_(base),
       mapped_bytes_(mapped_bytes),
       row_bytes_(int64_t{layout.num_kv_heads} * layout.head_dim *
-                 DTypeSize(layout.dtype)) {
+                 DTypeSize(layout.dtype)),
+      tile_bytes_(int64_t{layout.block_size} * layout.head_dim *
+                  DTypeSize(layout.dtype)),
+      block_kv_bytes_(layout.num_kv_heads * tile_bytes_) {
   info_.resize(num_blocks);
   free_list_.reserve(num_blocks);
   // Pop from the back: lowest block ids are handed out first.
@@ -276,32 +279,86 @@ const std::vector<int32_t>* KvCache::BlockTable(SeqId seq) const {
   return it == seqs_.end() ? nullptr : &it->second.blocks;
 }
 
-char* KvCache::Row(const std::vector<int32_t>& table, int layer, int pos,
-                   int kv) const {
-  // Memory: [block][layer][K|V][block_size][kv_heads * head_dim].
-  return BlockRow(table[pos / layout_.block_size], layer, kv,
-                  pos % layout_.block_size);
+namespace {
+
+// A token's row in the wire layout ([kv_heads][head_dim]) to the pool's
+// tiles and back: V tiles hold it contiguously per head, K tiles transposed
+// (element d of the head at d * block_size).
+struct TileGeometry {
+  int64_t tile_bytes;
+  int kv_heads, head_dim, block_size;
+};
+
+template <typename T>
+void RowToTiles(const TileGeometry& g, const T* row, bool transposed,
+                int offset, char* tiles) {
+  for (int h = 0; h < g.kv_heads; ++h, row += g.head_dim) {
+    T* tile = reinterpret_cast<T*>(tiles + h * g.tile_bytes);
+    if (!transposed) {
+      std::memcpy(tile + int64_t{offset} * g.head_dim, row,
+                  sizeof(T) * g.head_dim);
+      continue;
+    }
+    for (int d = 0; d < g.head_dim; ++d) {
+      tile[int64_t{d} * g.block_size + offset] = row[d];
+    }
+  }
 }
 
-char* KvCache::KeyRowAt(const std::vector<int32_t>& table, int layer,
-                        int pos) const {
-  return Row(table, layer, pos, 0);
+template <typename T>
+void TilesToRow(const TileGeometry& g, const char* tiles, bool transposed,
+                int offset, T* row) {
+  for (int h = 0; h < g.kv_heads; ++h, row += g.head_dim) {
+    const T* tile = reinterpret_cast<const T*>(tiles + h * g.tile_bytes);
+    if (!transposed) {
+      std::memcpy(row, tile + int64_t{offset} * g.head_dim,
+                  sizeof(T) * g.head_dim);
+      continue;
+    }
+    for (int d = 0; d < g.head_dim; ++d) {
+      row[d] = tile[int64_t{d} * g.block_size + offset];
+    }
+  }
 }
-char* KvCache::ValueRowAt(const std::vector<int32_t>& table, int layer,
-                          int pos) const {
-  return Row(table, layer, pos, 1);
+
+}  // namespace
+
+void KvCache::WriteBlockRow(int32_t block, int layer, int kv, int offset,
+                            const char* row) {
+  const TileGeometry g{tile_bytes_, layout_.num_kv_heads, layout_.head_dim,
+                       layout_.block_size};
+  char* tiles = Tile(block, layer, kv, 0);
+  if (DTypeSize(layout_.dtype) == 2) {
+    RowToTiles(g, reinterpret_cast<const uint16_t*>(row), kv == 0, offset,
+               tiles);
+  } else {
+    RowToTiles(g, reinterpret_cast<const uint32_t*>(row), kv == 0, offset,
+               tiles);
+  }
 }
-char* KvCache::KeyRow(SeqId seq, int layer, int pos) {
-  return Row(*BlockTable(seq), layer, pos, 0);
+
+void KvCache::ReadBlockRow(int32_t block, int layer, int kv, int offset,
+                           char* row) const {
+  const TileGeometry g{tile_bytes_, layout_.num_kv_heads, layout_.head_dim,
+                       layout_.block_size};
+  const char* tiles = Tile(block, layer, kv, 0);
+  if (DTypeSize(layout_.dtype) == 2) {
+    TilesToRow(g, tiles, kv == 0, offset, reinterpret_cast<uint16_t*>(row));
+  } else {
+    TilesToRow(g, tiles, kv == 0, offset, reinterpret_cast<uint32_t*>(row));
+  }
 }
-char* KvCache::ValueRow(SeqId seq, int layer, int pos) {
-  return Row(*BlockTable(seq), layer, pos, 1);
+
+void KvCache::WriteRowAt(const std::vector<int32_t>& table, int layer, int kv,
+                         int pos, const char* row) {
+  WriteBlockRow(table[pos / layout_.block_size], layer, kv,
+                pos % layout_.block_size, row);
 }
-const char* KvCache::KeyRow(SeqId seq, int layer, int pos) const {
-  return Row(*BlockTable(seq), layer, pos, 0);
-}
-const char* KvCache::ValueRow(SeqId seq, int layer, int pos) const {
-  return Row(*BlockTable(seq), layer, pos, 1);
+
+void KvCache::ReadRowAt(const std::vector<int32_t>& table, int layer, int kv,
+                        int pos, char* row) const {
+  ReadBlockRow(table[pos / layout_.block_size], layer, kv,
+               pos % layout_.block_size, row);
 }
 
 absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
@@ -324,7 +381,7 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
   char* dst = out->data();
   for (int kv = 0; kv < 2; ++kv) {
     for (int pos = begin; pos < end; ++pos) {
-      std::memcpy(dst, Row(it->second.blocks, layer, pos, kv), row_bytes_);
+      ReadRowAt(it->second.blocks, layer, kv, pos, dst);
       dst += row_bytes_;
     }
   }
@@ -365,7 +422,7 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
   const char* src = bytes.data();
   for (int kv = 0; kv < 2; ++kv) {
     for (int pos = begin; pos < end; ++pos) {
-      std::memcpy(Row(it->second.blocks, layer, pos, kv), src, row_bytes_);
+      WriteRowAt(it->second.blocks, layer, kv, pos, src);
       src += row_bytes_;
     }
   }

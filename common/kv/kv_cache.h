@@ -106,30 +106,45 @@ class KvCache {
                             absl::Span<const int32_t> tokens);
   PrefixCacheStats prefix_stats() const;
 
-  // Address of the K (or V) vector row [kv_heads * head_dim] of token `pos`
-  // of `seq` in `layer`; pos must be < capacity. For the kernels.
-  char* KeyRow(SeqId seq, int layer, int pos);
-  char* ValueRow(SeqId seq, int layer, int pos);
-  const char* KeyRow(SeqId seq, int layer, int pos) const;
-  const char* ValueRow(SeqId seq, int layer, int pos) const;
   // The block table of a sequence (block ids in position order), or nullptr.
   const std::vector<int32_t>* BlockTable(SeqId seq) const;
-  // Row address from a block table (hot path: no map lookup).
-  char* KeyRowAt(const std::vector<int32_t>& table, int layer, int pos) const;
-  char* ValueRowAt(const std::vector<int32_t>& table, int layer, int pos) const;
 
-  // Row `offset` of K (kv = 0) or V (kv = 1) in physical block `block` of
-  // `layer`; rows of one block are row_bytes() apart (kernels walk blocks).
-  char* BlockRow(int32_t block, int layer, int kv, int offset) const {
-    return base_ + (((int64_t{block} * layout_.num_layers + layer) * 2 + kv) *
-                        layout_.block_size +
-                    offset) *
-                       row_bytes_;
+  // In-pool layout, private to the pool and the CPU attention kernels (the
+  // wire layout is token-major, see ExportLayer): memory is
+  // [block][layer][K|V][kv_head][tile], the K tile TRANSPOSED
+  // ([head_dim][block_size]: one dimension of 16 consecutive positions is
+  // one vector) and the V tile [block_size][head_dim], so that one head's K
+  // and V of one block are two contiguous runs the kernels stream.
+  char* KeyTile(int32_t block, int layer, int kv_head) const {
+    return Tile(block, layer, 0, kv_head);
   }
+  char* ValueTile(int32_t block, int layer, int kv_head) const {
+    return Tile(block, layer, 1, kv_head);
+  }
+  // Bytes of one token's K (or V) row in the wire layout:
+  // kv_heads * head_dim * sizeof(dtype).
   int64_t row_bytes() const { return row_bytes_; }
+  // One token's K (kv = 0) or V (kv = 1) row, [kv_heads][head_dim] in the KV
+  // dtype (the wire layout), at `offset` of physical block `block`.
+  void WriteBlockRow(int32_t block, int layer, int kv, int offset,
+                     const char* row);
+  void ReadBlockRow(int32_t block, int layer, int kv, int offset,
+                    char* row) const;
+  // The same by position (< capacity) through a block table or a sequence.
+  void WriteRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
+                  const char* row);
+  void ReadRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
+                 char* row) const;
+  void WriteRow(SeqId seq, int layer, int kv, int pos, const char* row) {
+    WriteRowAt(*BlockTable(seq), layer, kv, pos, row);
+  }
+  void ReadRow(SeqId seq, int layer, int kv, int pos, char* row) const {
+    ReadRowAt(*BlockTable(seq), layer, kv, pos, row);
+  }
 
-  // Wire layout, tokens [begin, end) of one layer: K bytes then V bytes, each
-  // [tokens][kv_heads][head_dim] in the KV dtype.
+  // Wire layout, tokens [begin, end) of one layer: K bytes
+  // then V bytes, each [tokens][kv_heads][head_dim] in the KV dtype,
+  // whatever the pool's block size and in-pool layout.
   absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
                            std::string* out) const;
   // Writes the same layout; capacity must cover `end` (call Reserve first);
@@ -162,14 +177,20 @@ class KvCache {
   void Unregister(int32_t block);
   // Registers the sequence's blocks that its recorded tokens fill.
   void RegisterFullBlocks(Sequence& s);
-  char* Row(const std::vector<int32_t>& table, int layer, int pos,
-            int kv) const;
+  char* Tile(int32_t block, int layer, int kv, int kv_head) const {
+    return base_ +
+           ((int64_t{block} * layout_.num_layers + layer) * 2 + kv) *
+               block_kv_bytes_ +
+           kv_head * tile_bytes_;
+  }
 
   KvLayout layout_;
   int64_t num_blocks_;
   char* base_;
   int64_t mapped_bytes_;
   int64_t row_bytes_;               // kv_heads * head_dim * dtype size
+  int64_t tile_bytes_;              // block_size * head_dim * dtype size
+  int64_t block_kv_bytes_;          // kv_heads * tile_bytes_
   std::vector<int32_t> free_list_;  // blank blocks
   std::vector<BlockInfo> info_;
   std::list<int32_t> lru_;  // cached, unreferenced: front = evicted first

@@ -18,3 +18,12 @@ if(TARGET backend_test)
     ENVIRONMENT PDSERVE_DISABLE_AVX512_VNNI=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+# Attention on its portable path (CPUs without AVX-512): the same partition
+# and combine structure, so the same exactness checks hold.
+if(TARGET backend_test)
+  add_test(NAME backend_test_portable_attention COMMAND backend_test
+    --gtest_filter=Attention.*)
+  set_tests_properties(backend_test_portable_attention PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "common/backend/cpu/attention.h"
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cuda/cuda_device.h"
 #include "common/backend/cuda/cuda_util.h"
@@ -179,6 +180,34 @@ TEST(CudaKernels, ArgmaxRowsExactWithTies) {
   }
 }
 
+// One token's K or V row (f32) into the host pool in `dtype`.
+void StoreHostRow(KvCache& kv, SeqId seq, int layer, int which, int pos,
+                  const float* row) {
+  const KvLayout& l = kv.layout();
+  std::vector<char> stored(kv.row_bytes());
+  StoreRow(row, l.num_kv_heads * l.head_dim, l.dtype, stored.data());
+  kv.WriteRow(seq, layer, which, pos, stored.data());
+}
+
+// The host pool in the device mirror's layout (the host pool's own layout is
+// the CPU kernels'): [block][layer][K|V][block_size][kv_heads * head_dim].
+std::vector<char> DeviceImage(const KvCache& kv) {
+  const KvLayout& l = kv.layout();
+  std::vector<char> image(kv.total_blocks() * l.BytesPerBlock());
+  char* at = image.data();
+  for (int32_t b = 0; b < kv.total_blocks(); ++b) {
+    for (int layer = 0; layer < l.num_layers; ++layer) {
+      for (int which = 0; which < 2; ++which) {
+        for (int off = 0; off < l.block_size; ++off) {
+          kv.ReadBlockRow(b, layer, which, off, at);
+          at += kv.row_bytes();
+        }
+      }
+    }
+  }
+  return image;
+}
+
 // A host KvCache with random K/V for a few sequences, mirrored on the device.
 struct PagedFixture {
   std::unique_ptr<KvCache> kv;
@@ -214,16 +243,17 @@ struct PagedFixture {
       for (int l = 0; l < layers; ++l) {
         for (int p = 0; p < lengths[i]; ++p) {
           std::vector<float> k = Random(rng, kvd), v = Random(rng, kvd);
-          StoreRow(k.data(), kvd, dtype, kv->KeyRow(seqs[i], l, p));
-          StoreRow(v.data(), kvd, dtype, kv->ValueRow(seqs[i], l, p));
+          StoreHostRow(*kv, seqs[i], l, 0, p, k.data());
+          StoreHostRow(*kv, seqs[i], l, 1, p, v.data());
         }
       }
     }
     const int64_t bytes = kv->total_blocks() * layout.BytesPerBlock();
     pool = *cuda::DeviceAlloc(bytes, "pool");
-    EXPECT_EQ(cudaMemcpy(pool.get(), kv->BlockRow(0, 0, 0, 0), bytes,
-                         cudaMemcpyHostToDevice),
-              cudaSuccess);
+    const std::vector<char> image = DeviceImage(*kv);
+    EXPECT_EQ(
+        cudaMemcpy(pool.get(), image.data(), bytes, cudaMemcpyHostToDevice),
+        cudaSuccess);
     view.base = pool.get();
     view.num_layers = layers;
     view.block_size = 16;
@@ -269,16 +299,17 @@ void CheckRopeAndStore(DType dtype) {
     RopeAngles(inv_freq, pos[t], cs.data(), sn.data());
     ApplyRope(want.data() + t * NQKV, heads, D, cs.data(), sn.data());
     ApplyRope(want.data() + t * NQKV + Q, kv_heads, D, cs.data(), sn.data());
-    StoreRow(want.data() + t * NQKV + Q, KVD, dtype,
-             f.kv->KeyRow(where[t].first, layer, where[t].second));
-    StoreRow(want.data() + t * NQKV + Q + KVD, KVD, dtype,
-             f.kv->ValueRow(where[t].first, layer, where[t].second));
+    StoreHostRow(*f.kv, where[t].first, layer, 0, where[t].second,
+                 want.data() + t * NQKV + Q);
+    StoreHostRow(*f.kv, where[t].first, layer, 1, where[t].second,
+                 want.data() + t * NQKV + Q + KVD);
   }
   ExpectClose(Download<float>(dqkv, T * NQKV), want, 1e-5, 1e-6, "rope");
   // The device pool now equals the host pool (bf16: within one ulp).
   const int64_t bytes = f.kv->total_blocks() * f.kv->layout().BytesPerBlock();
   std::vector<char> got = Download<char>(f.pool, bytes);
-  const char* host = f.kv->BlockRow(0, 0, 0, 0);
+  const std::vector<char> image = DeviceImage(*f.kv);
+  const char* host = image.data();
   const int esize = DTypeSize(dtype);
   std::vector<float> g, h;
   for (int64_t i = 0; i < bytes / esize; ++i) {
@@ -309,7 +340,7 @@ TEST(CudaKernels, RopeAndStoreKvMatchesCpuBf16) {
 }
 
 // Prefill chunks (tiles of several rows) and decode rows over paged KV, with
-// and without a sliding window, GQA, against AttendHead.
+// and without a sliding window, GQA, against the CPU's AttendHeads.
 void CheckAttention(DType dtype, int head_dim, int window) {
   std::mt19937 rng(6);
   const int heads = 8, kv_heads = 2, layers = 2, layer = 1;
@@ -340,7 +371,7 @@ void CheckAttention(DType dtype, int head_dim, int window) {
   const int T = rows.size();
   std::vector<float> qkv = Random(rng, T * NQKV);
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  std::vector<float> want(T * Q), scores(256);
+  std::vector<float> want(T * Q);
   for (int r = 0; r < T; ++r) {
     for (int h = 0; h < heads; ++h) {
       AttentionArgs a;
@@ -349,11 +380,13 @@ void CheckAttention(DType dtype, int head_dim, int window) {
       a.layer = layer;
       a.kv_head = h / (heads / kv_heads);
       a.head_dim = head_dim;
-      a.last = rows[r].pos;
-      a.first = window > 0 ? std::max(0, rows[r].pos - window + 1) : 0;
       a.scale = scale;
-      AttendHead(a, qkv.data() + r * NQKV + h * head_dim, scores.data(),
-                 want.data() + r * Q + h * head_dim);
+      AttentionQuery q;
+      q.q = qkv.data() + r * NQKV + h * head_dim;
+      q.last = rows[r].pos;
+      q.first = window > 0 ? std::max(0, rows[r].pos - window + 1) : 0;
+      q.out = want.data() + r * Q + h * head_dim;
+      AttendHeads(a, &q, 1);
     }
   }
   std::vector<int32_t> tile_ints(tiles.size() * 4);

@@ -141,6 +141,11 @@ void CheckBatchInvariance(const std::string& model, DType dtype,
   const int V = e->config().vocab_size;
   std::mt19937 rng(7);
   for (int n : {1, 5, 23, 40}) prompts.push_back(RandomTokens(rng, n, V));
+  // A context across three 128-position attention partitions: alone, its
+  // decode rows are few enough that threads split the context; in a batch
+  // they are not split.
+  const int long_len = std::min(300, e->config().max_position_embeddings - 2);
+  prompts.push_back(RandomTokens(rng, long_len, V));
   // Reference: every prompt alone, plus one decode token.
   std::vector<std::vector<float>> alone, alone_next;
   const int32_t next_token = 3;
@@ -249,9 +254,26 @@ TEST(BatchInvariance, SyntheticTinyOneThreadVsThree) {
   auto one = MakeEngine("synthetic:tiny", DType::kF32, 1);
   auto three = MakeEngine("synthetic:tiny", DType::kF32, 3);
   std::mt19937 rng(3);
-  auto p = RandomTokens(rng, 37, one->config().vocab_size);
-  auto a = LogitsAlone(*one, p), b = LogitsAlone(*three, p);
-  EXPECT_TRUE(SameBits(a.data(), b.data(), one->config().vocab_size));
+  // Prompts of 37 and 250 tokens, then one decode step (at 250, three
+  // threads split the decode row's context, one thread does not).
+  const int V = one->config().vocab_size;
+  for (int n : {37, 250}) {
+    auto p = RandomTokens(rng, n, V);
+    auto a = LogitsAlone(*one, p), b = LogitsAlone(*three, p);
+    EXPECT_TRUE(SameBits(a.data(), b.data(), V)) << n;
+    std::vector<float> decoded[2];
+    Engine* engines[2] = {one.get(), three.get()};
+    for (int i = 0; i < 2; ++i) {
+      SeqId seq = *engines[i]->CreateSequence();
+      Engine::ForwardItem prefill{seq, p, false};
+      ASSERT_TRUE(engines[i]->Forward({&prefill, 1}, &decoded[i]).ok());
+      const int32_t tok = 5;
+      Engine::ForwardItem step{seq, absl::MakeConstSpan(&tok, 1), true};
+      ASSERT_TRUE(engines[i]->Forward({&step, 1}, &decoded[i]).ok());
+      engines[i]->FreeSequence(seq);
+    }
+    EXPECT_TRUE(SameBits(decoded[0].data(), decoded[1].data(), V)) << n;
+  }
 }
 
 // Prefill on engine A, ship every layer's KV to engine B (another pool with

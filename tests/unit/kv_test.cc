@@ -1,6 +1,7 @@
 // Paged KV pool: budget -> blocks, all-or-nothing reservation, explicit and
 // idempotent free, export/import of the wire layout with range checks.
 #include <string>
+#include <vector>
 
 #include "common/kv/kv_cache.h"
 #include "gtest/gtest.h"
@@ -56,14 +57,24 @@ TEST(KvCache, ExportImportRoundTripsAcrossPoolsWithOtherBlockSizes) {
   ASSERT_TRUE(a->Reserve(sa, 10).ok());
   ASSERT_TRUE(b->Reserve(sb, 10).ok());
   const int64_t row = a->row_bytes();
+  auto key_row = [&](int layer, int pos) {
+    std::string r(row, '\0');
+    for (int64_t i = 0; i < row; ++i) {
+      r[i] = static_cast<char>(layer * 50 + pos * 3 + i);
+    }
+    return r;
+  };
+  auto value_row = [&](int layer, int pos) {
+    std::string r(row, '\0');
+    for (int64_t i = 0; i < row; ++i) {
+      r[i] = static_cast<char>(-layer * 50 - pos - i);
+    }
+    return r;
+  };
   for (int layer = 0; layer < 3; ++layer) {
     for (int pos = 0; pos < 10; ++pos) {
-      for (int64_t i = 0; i < row; ++i) {
-        a->KeyRow(sa, layer, pos)[i] =
-            static_cast<char>(layer * 50 + pos * 3 + i);
-        a->ValueRow(sa, layer, pos)[i] =
-            static_cast<char>(-layer * 50 - pos - i);
-      }
+      a->WriteRow(sa, layer, 0, pos, key_row(layer, pos).data());
+      a->WriteRow(sa, layer, 1, pos, value_row(layer, pos).data());
     }
   }
   ASSERT_TRUE(a->SetLength(sa, 10).ok());
@@ -74,10 +85,11 @@ TEST(KvCache, ExportImportRoundTripsAcrossPoolsWithOtherBlockSizes) {
     ASSERT_TRUE(a->ExportLayer(sa, layer, 0, 10, &bytes).ok());
     ASSERT_EQ(static_cast<int64_t>(bytes.size()),
               10 * la.BytesPerTokenPerLayer());
-    // K rows first, then V rows.
-    EXPECT_EQ(bytes.substr(0, row), std::string(a->KeyRow(sa, layer, 0), row));
-    EXPECT_EQ(bytes.substr(10 * row, row),
-              std::string(a->ValueRow(sa, layer, 0), row));
+    // K rows first, then V rows, token-major whatever the pool's layout.
+    for (int pos = 0; pos < 10; ++pos) {
+      EXPECT_EQ(bytes.substr(pos * row, row), key_row(layer, pos));
+      EXPECT_EQ(bytes.substr((10 + pos) * row, row), value_row(layer, pos));
+    }
     EXPECT_FALSE(b->ImportLayer(sb, layer, 0, 10, bytes.substr(1)).ok());
     ASSERT_TRUE(b->ImportLayer(sb, layer, 0, 10, bytes).ok());
   }
@@ -87,6 +99,51 @@ TEST(KvCache, ExportImportRoundTripsAcrossPoolsWithOtherBlockSizes) {
     ASSERT_TRUE(a->ExportLayer(sa, layer, 2, 9, &ea).ok());
     ASSERT_TRUE(b->ExportLayer(sb, layer, 2, 9, &eb).ok());
     EXPECT_EQ(ea, eb);
+  }
+}
+
+// The in-pool layout the attention kernels read: per block, layer and kv
+// head, K transposed ([head_dim][block_size]) and V [block_size][head_dim].
+TEST(KvCache, TilesHoldKeysTransposedAndValuesByRow) {
+  KvLayout l = Layout(DType::kF32);
+  l.block_size = 5;
+  auto kv = std::move(*KvCache::Create(l, l.BytesPerBlock() * 4));
+  SeqId s = kv->CreateSequence();
+  ASSERT_TRUE(kv->Reserve(s, 12).ok());
+  const int kvd = l.num_kv_heads * l.head_dim;
+  auto value = [](int layer, int kv_index, int pos, int i) {
+    return static_cast<float>(1000 * layer + 100 * kv_index + 10 * pos + i);
+  };
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int which = 0; which < 2; ++which) {
+      for (int pos = 0; pos < 12; ++pos) {
+        std::vector<float> row(kvd);
+        for (int i = 0; i < kvd; ++i) row[i] = value(layer, which, pos, i);
+        kv->WriteRow(s, layer, which, pos,
+                     reinterpret_cast<const char*>(row.data()));
+        std::vector<float> back(kvd);
+        kv->ReadRow(s, layer, which, pos, reinterpret_cast<char*>(back.data()));
+        EXPECT_EQ(back, row);
+      }
+    }
+  }
+  const std::vector<int32_t>& table = *kv->BlockTable(s);
+  for (int layer = 0; layer < 3; ++layer) {
+    for (int h = 0; h < l.num_kv_heads; ++h) {
+      for (int pos = 0; pos < 12; ++pos) {
+        const int32_t block = table[pos / l.block_size];
+        const int off = pos % l.block_size;
+        const float* k =
+            reinterpret_cast<const float*>(kv->KeyTile(block, layer, h));
+        const float* v =
+            reinterpret_cast<const float*>(kv->ValueTile(block, layer, h));
+        for (int d = 0; d < l.head_dim; ++d) {
+          const int i = h * l.head_dim + d;
+          EXPECT_EQ(k[d * l.block_size + off], value(layer, 0, pos, i));
+          EXPECT_EQ(v[off * l.head_dim + d], value(layer, 1, pos, i));
+        }
+      }
+    }
   }
 }
 

@@ -40,8 +40,9 @@ SeqId Computed(KvCache& kv, const std::vector<int32_t>& tokens) {
   EXPECT_TRUE(kv.Reserve(s, tokens.size()).ok());
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
     for (int layer = 0; layer < 2; ++layer) {
-      float* k = reinterpret_cast<float*>(kv.KeyRow(s, layer, pos));
+      float k[4];
       for (int i = 0; i < 4; ++i) k[i] = tokens[pos] * 10 + layer + i;
+      kv.WriteRow(s, layer, 0, pos, reinterpret_cast<const char*>(k));
     }
   }
   EXPECT_TRUE(kv.SetLength(s, tokens.size()).ok());
@@ -86,9 +87,11 @@ TEST(PrefixCache, SharesRegisteredBlocksAndKeepsThemAfterFree) {
   EXPECT_EQ((*kv->BlockTable(b))[1], (*kv->BlockTable(a))[1]);
   EXPECT_EQ(kv->used_blocks(), 3);  // shared, not copied
   // The shared rows are the ones `a` computed.
-  EXPECT_EQ(
-      std::memcmp(kv->KeyRow(a, 1, 6), kv->KeyRow(b, 1, 6), kv->row_bytes()),
-      0);
+  std::string ka(kv->row_bytes(), '\0'), kb = ka;
+  kv->ReadRow(a, 1, 0, 6, ka.data());
+  kv->ReadRow(b, 1, 0, 6, kb.data());
+  EXPECT_EQ(ka, kb);
+  EXPECT_EQ(reinterpret_cast<const float*>(kb.data())[0], 7 * 10 + 1);
   // max_tokens bounds the reuse: 7 tokens cover one full block only.
   SeqId c = kv->CreateSequence();
   EXPECT_EQ(*kv->AttachPrefix(c, tb, 7), 4);

@@ -14,7 +14,7 @@
 #                     configurations of one binary: ab.sh X X -- ... with
 #                     B_ARGS=--quantization=int8)
 #   FIGURES=REGEX     figures to print (default: tokens_per_s, gflops,
-#                     fraction_of_gemm, step_ms)
+#                     fraction_of_gemm, median_step_ms, ratio_to_first)
 #   NICE=-15          niceness of the benchmark processes (needs root for < 0)
 #   KEEP=DIR          keep every run's JSON in DIR
 set -euo pipefail
@@ -31,7 +31,7 @@ shift 2
 shift
 ROUNDS=${ROUNDS:-5}
 NICE=${NICE:--15}
-FIGURES=${FIGURES:-'tokens_per_s|gflops$|fraction_of_gemm|median_step_ms'}
+FIGURES=${FIGURES:-'tokens_per_s|gflops$|fraction_of_gemm|median_step_ms|ratio_to_first'}
 read -r -a A_EXTRA <<<"${A_ARGS:-}"
 read -r -a B_EXTRA <<<"${B_ARGS:-}"
 for b in "$OLD" "$NEW"; do
@@ -80,7 +80,8 @@ def flatten(prefix, v, acc):
     elif isinstance(v, list):
         if all(isinstance(x, dict) for x in v):
             for i, x in enumerate(v):
-                tag = f"batch={x['batch']}" if "batch" in x else str(i)
+                tag = (f"batch={x['batch']}" if "batch" in x else
+                       f"context={x['context']}" if "context" in x else str(i))
                 flatten(f"{prefix}[{tag}]", x, acc)
     elif isinstance(v, (int, float)) and not isinstance(v, bool):
         acc[prefix] = float(v)

@@ -32,6 +32,13 @@ ABSL_FLAG(int32_t, gen_len, 128, "bench-engine: decode steps per batch size");
 ABSL_FLAG(std::vector<std::string>, batch,
           std::vector<std::string>({"1", "8", "32"}),
           "bench-engine: decode batch sizes (comma-separated)");
+ABSL_FLAG(std::vector<std::string>, decode_contexts, {},
+          "bench-engine: also decode one sequence at each of these contexts "
+          "(comma-separated, e.g. 16,512,2016), the steps interleaved "
+          "round-robin so that every context sees the same machine; reports "
+          "tok/s per context and its ratio to the first context's");
+ABSL_FLAG(int32_t, context_steps, 64,
+          "bench-engine: timed decode steps per --decode_contexts context");
 
 namespace pdserve {
 namespace {
@@ -80,6 +87,19 @@ int RunBenchEngine(const std::vector<std::string>&) {
   if (prompt_len <= 0 || gen_len <= 0 || batches.empty()) {
     return Fail("--prompt_len, --gen_len and --batch must be positive");
   }
+  std::vector<int> contexts;
+  for (const std::string& v : absl::GetFlag(FLAGS_decode_contexts)) {
+    int ctx;
+    if (!absl::SimpleAtoi(v, &ctx) || ctx <= 0)
+      return Fail("bad --decode_contexts value " + v);
+    contexts.push_back(ctx);
+  }
+  const int context_steps = absl::GetFlag(FLAGS_context_steps);
+  if (!contexts.empty() && context_steps <= 0) {
+    return Fail("--context_steps must be positive");
+  }
+  // Warm-up steps per context, untimed (first touches of the KV pages).
+  constexpr int kContextWarmup = 2;
   auto dtype = ParseComputeDType(absl::GetFlag(FLAGS_dtype));
   if (!dtype.ok()) return Fail(std::string(dtype.status().message()));
   const int max_batch = *std::max_element(batches.begin(), batches.end());
@@ -95,7 +115,16 @@ int RunBenchEngine(const std::vector<std::string>&) {
   o.quantization = *quantization;
   o.num_threads = threads;
   o.block_size = absl::GetFlag(FLAGS_block_size);
+  const std::string kv_flag = absl::GetFlag(FLAGS_kv_dtype);
+  if (kv_flag != "auto") {
+    auto kv_dtype = ParseComputeDType(kv_flag);
+    if (!kv_dtype.ok()) return Fail(std::string(kv_dtype.status().message()));
+    o.kv_dtype = *kv_dtype;
+  }
+  const DType kv_dtype = o.kv_dtype.value_or(o.weight_dtype);
   o.max_batch_tokens = std::max(prompt_len, max_batch);
+  for (int ctx : contexts)
+    o.max_batch_tokens = std::max(o.max_batch_tokens, ctx);
   {
     // KV budget: every decode sequence at its final length.
     auto source = OpenModelSource(o.model, o.weight_dtype, 0);
@@ -106,9 +135,18 @@ int RunBenchEngine(const std::vector<std::string>&) {
     }
     const int64_t blocks_per_seq =
         (prompt_len + gen_len + o.block_size - 1) / o.block_size;
-    o.kv_cache_bytes = (max_batch + 1) * blocks_per_seq * o.block_size *
-                       int64_t{2} * c.num_kv_heads * c.head_dim *
-                       DTypeSize(o.weight_dtype) * c.num_layers;
+    int64_t blocks = (max_batch + 1) * blocks_per_seq;
+    for (int ctx : contexts) {
+      if (ctx + kContextWarmup + context_steps > c.max_position_embeddings) {
+        return Fail(absl::StrCat("--decode_contexts ", ctx, " + ",
+                                 kContextWarmup + context_steps,
+                                 " steps exceeds the model's context"));
+      }
+      blocks += (ctx + kContextWarmup + context_steps + o.block_size - 1) /
+                o.block_size;
+    }
+    o.kv_cache_bytes = blocks * o.block_size * int64_t{2} * c.num_kv_heads *
+                       c.head_dim * DTypeSize(kv_dtype) * c.num_layers;
   }
   Progress("loading " + o.model);
   const double t_load = Now();
@@ -289,6 +327,51 @@ int RunBenchEngine(const std::vector<std::string>&) {
          (weights + kv_bytes / gen_len) / median_s / 1e9, Median(paired)});
     for (SeqId s : seqs) e.FreeSequence(s);
   }
+  // Decode at several contexts, one sequence each, the steps interleaved
+  // round-robin (context 1, 2, ..., 1, 2, ...): the ratios between contexts
+  // come from one stretch of machine time.
+  struct ContextRow {
+    int context;
+    double mean_step_s, median_step_s;
+  };
+  std::vector<ContextRow> context_rows;
+  if (!contexts.empty()) {
+    std::vector<int32_t> long_prompt(
+        *std::max_element(contexts.begin(), contexts.end()));
+    for (auto& t : long_prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+    std::vector<SeqId> seqs;
+    for (int ctx : contexts) {
+      Progress(absl::StrCat("prefill context ", ctx));
+      SeqId s = *e.CreateSequence();
+      Engine::ForwardItem item{s, absl::MakeConstSpan(long_prompt.data(), ctx),
+                               true};
+      if (auto st = e.Forward({&item, 1}, &logits); !st.ok())
+        return Fail(st.ToString());
+      seqs.push_back(s);
+    }
+    std::vector<std::vector<double>> steps(contexts.size());
+    int32_t token = 5;
+    for (int step = 0; step < kContextWarmup + context_steps; ++step) {
+      if (step % 8 == 0) {
+        Progress(absl::StrCat("decode at contexts: step ", step, "/",
+                              kContextWarmup + context_steps));
+      }
+      for (size_t i = 0; i < contexts.size(); ++i) {
+        Engine::ForwardItem item{seqs[i], absl::MakeConstSpan(&token, 1), true};
+        const double t0 = Now();
+        if (auto st = e.Forward({&item, 1}, &logits); !st.ok())
+          return Fail(st.ToString());
+        if (step >= kContextWarmup) steps[i].push_back(Now() - t0);
+      }
+    }
+    for (size_t i = 0; i < contexts.size(); ++i) {
+      double total = 0;
+      for (double t : steps[i]) total += t;
+      context_rows.push_back(
+          {contexts[i], total / context_steps, Median(steps[i])});
+      e.FreeSequence(seqs[i]);
+    }
+  }
   peak_rss = std::max(peak_rss, PeakRssBytes());
 
   const double probe_gbps = Median(all_probe);
@@ -343,6 +426,21 @@ int RunBenchEngine(const std::vector<std::string>&) {
            {"weight_and_kv_fraction_of_probe", r.total_gbps / r.probe_gbps}});
     }
     j["decode"] = decode;
+    if (!context_rows.empty()) {
+      nlohmann::json ctx = nlohmann::json::array();
+      const ContextRow& first = context_rows[0];
+      for (const auto& r : context_rows) {
+        ctx.push_back({{"context", r.context},
+                       {"tokens_per_s", 1.0 / r.mean_step_s},
+                       {"step_ms", 1e3 * r.mean_step_s},
+                       {"median_step_ms", 1e3 * r.median_step_s},
+                       {"ratio_to_first", first.mean_step_s / r.mean_step_s},
+                       {"median_step_ratio_to_first",
+                        first.median_step_s / r.median_step_s}});
+      }
+      j["decode_contexts"] = ctx;
+      j["kv_dtype"] = DTypeName(kv_dtype);
+    }
     j["weights_bytes"] = e.weight_bytes();
     j["kv_budget_bytes"] = o.kv_cache_bytes;
     j["peak_rss_bytes"] = peak_rss;
@@ -378,6 +476,15 @@ int RunBenchEngine(const std::vector<std::string>&) {
         100 * r.weight_gbps / r.probe_gbps, r.probe_gbps, r.total_gbps,
         100 * r.total_gbps / r.probe_gbps);
   }
+  for (const auto& r : context_rows) {
+    std::printf(
+        "decode at context %5d (%d interleaved steps)  step %7.2f ms (median "
+        "%.2f)  %8.1f tokens/s  = %.3f x context %d (by median step %.3f)\n",
+        r.context, context_steps, 1e3 * r.mean_step_s, 1e3 * r.median_step_s,
+        1.0 / r.mean_step_s, context_rows[0].mean_step_s / r.mean_step_s,
+        context_rows[0].context,
+        context_rows[0].median_step_s / r.median_step_s);
+  }
   std::printf(
       "peak RSS %.1f MiB  vs weights %.1f MiB + KV budget %.1f MiB = %.1f "
       "MiB\n",
@@ -391,6 +498,7 @@ PDSERVE_SUBCOMMAND(
     "engine prefill/decode throughput vs bandwidth and GEMM probes",
     "pdserve bench-engine --model=synthetic:llama-110m --dtype=f32|bf16 "
     "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 "
+    "[--decode_contexts=16,512,2016 --context_steps=64] [--kv_dtype=bf16] "
     "[--device=cpu|cuda] [--json]",
     FlagNames({{"model", "dtype", "quantization", "block_size", "threads",
                 "device", "json"}}),

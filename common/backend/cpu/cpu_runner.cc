@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/backend/cpu/attention_pass.h"
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/quantized_matrix.h"
@@ -78,13 +79,6 @@ class CpuRunner : public ModelRunner {
     int32_t token;
     int pos;
   };
-  // Consecutive rows of one sequence whose attention runs together.
-  struct Tile {
-    int64_t row0;
-    int rows;
-  };
-  static constexpr int kMaxTileRows = 8;
-
   CpuRunner(const ModelConfig& config, const RunnerOptions& options)
       : config_(config), options_(options) {}
   absl::Status Load(ModelSource& source);
@@ -121,10 +115,10 @@ class CpuRunner : public ModelRunner {
   std::vector<float> inv_freq_;
   int64_t weight_bytes_ = 0;
   // Workspaces.
-  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, cos_, sin_, scores_;
+  std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, cos_, sin_;
+  std::vector<char> kv_rows_;  // a K and a V row in the KV dtype per row
   std::vector<Row> rows_;
-  std::vector<Tile> tiles_;
-  int tile_rows_ = 1;  // AttentionTileRows(head_dim)
+  std::unique_ptr<AttentionPass> attention_;
 };
 
 absl::StatusOr<std::vector<float>> CpuRunner::LoadVector(
@@ -366,12 +360,10 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CpuRunner::Create(
   runner->act_.resize(T * c.intermediate_size);
   runner->cos_.resize(T * c.head_dim / 2);
   runner->sin_.resize(T * c.head_dim / 2);
-  runner->tile_rows_ =
-      std::min(kMaxTileRows, AttentionTileRows(static_cast<int>(c.head_dim)));
-  runner->scores_.resize(static_cast<size_t>(runner->pool_->num_threads()) *
-                         runner->tile_rows_ * c.max_position_embeddings);
+  runner->kv_rows_.resize(T * 2 * c.kv_dim() * 4);
+  runner->attention_ = std::make_unique<AttentionPass>(
+      c.num_heads, c.num_kv_heads, static_cast<int>(c.head_dim));
   runner->rows_.reserve(T);
-  runner->tiles_.reserve(T);
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 
@@ -385,16 +377,13 @@ absl::Status CpuRunner::Forward(
   const int half = D / 2;
   const DType kv_dtype = kv->layout().dtype;
   rows_.clear();
-  tiles_.clear();
+  attention_->Clear();
   std::vector<int64_t> last_row(items.size(), -1);
   for (size_t i = 0; i < items.size(); ++i) {
     const std::vector<int32_t>* table = kv->BlockTable(items[i].seq);
     const int64_t n = static_cast<int64_t>(items[i].tokens.size());
-    for (int64_t t = 0; t < n; t += tile_rows_) {
-      tiles_.push_back(
-          {static_cast<int64_t>(rows_.size()) + t,
-           static_cast<int>(std::min<int64_t>(tile_rows_, n - t))});
-    }
+    attention_->AddSequence(table, static_cast<int64_t>(rows_.size()),
+                            items[i].start_pos, static_cast<int>(n));
     for (int64_t t = 0; t < n; ++t) {
       rows_.push_back({table, items[i].tokens[t],
                        items[i].start_pos + static_cast<int>(t)});
@@ -407,6 +396,7 @@ absl::Status CpuRunner::Forward(
         absl::StrCat("batch of ", T, " tokens exceeds max_batch_tokens ",
                      options_.max_batch_tokens));
   }
+  attention_->Plan(pool_->num_threads());
   float* x = x_.data();
   float* xn = xn_.data();
   float* qkv = qkv_.data();
@@ -416,8 +406,6 @@ absl::Status CpuRunner::Forward(
                sin_.data() + r * half);
   });
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const int group = c.num_heads / c.num_kv_heads;
   for (int l = 0; l < c.num_layers; ++l) {
     const Layer& L = layers_[l];
     ParallelRows(T, [&](int64_t r) {
@@ -432,54 +420,14 @@ absl::Status CpuRunner::Forward(
       const float* sn = sin_.data() + r * half;
       ApplyRope(row, c.num_heads, D, cs, sn);
       ApplyRope(row + Q, c.num_kv_heads, D, cs, sn);
-      StoreRow(row + Q, KVD, kv_dtype,
-               kv->KeyRowAt(*rows_[r].table, l, rows_[r].pos));
-      StoreRow(row + Q + KVD, KVD, kv_dtype,
-               kv->ValueRowAt(*rows_[r].table, l, rows_[r].pos));
+      for (int which = 0; which < 2; ++which) {
+        char* stored = kv_rows_.data() + (2 * r + which) * kv->row_bytes();
+        StoreRow(row + Q + which * KVD, KVD, kv_dtype, stored);
+        kv->WriteRowAt(*rows_[r].table, l, which, rows_[r].pos, stored);
+      }
     });
     if (on_layer_done) on_layer_done(l);
-    // Attention: one task per (head, tile of rows of one sequence), head
-    // major so that consecutive tasks reuse one head's K/V rows from cache;
-    // threads take tasks from a shared counter (each query row is computed
-    // wholly by one thread, whichever).
-    const int64_t num_tiles = static_cast<int64_t>(tiles_.size());
-    const int64_t tasks = num_tiles * c.num_heads;
-    std::atomic<int64_t> next_task{0};
-    pool_->ParallelFor(
-        std::min<int64_t>(tasks, pool_->num_threads()),
-        [&](int64_t, int64_t, int thread) {
-          float* scores = scores_.data() + static_cast<size_t>(thread) *
-                                               tile_rows_ *
-                                               c.max_position_embeddings;
-          AttentionQuery queries[kMaxTileRows];
-          for (int64_t task = next_task.fetch_add(1, std::memory_order_relaxed);
-               task < tasks;
-               task = next_task.fetch_add(1, std::memory_order_relaxed)) {
-            const int h = static_cast<int>(task / num_tiles);
-            const Tile& tile = tiles_[task % num_tiles];
-            AttentionArgs args;
-            args.kv = kv;
-            args.table = rows_[tile.row0].table;
-            args.layer = l;
-            args.kv_head = h / group;
-            args.head_dim = D;
-            args.scale = scale;
-            for (int g = 0; g < tile.rows; ++g) {
-              const int64_t r = tile.row0 + g;
-              const int pos = rows_[r].pos;
-              AttentionQuery& query = queries[g];
-              query.q = qkv + r * NQKV + h * D;
-              query.last = pos;
-              query.first = L.window > 0 ? std::max(0, pos - L.window + 1) : 0;
-              query.scores =
-                  scores + static_cast<size_t>(g) * c.max_position_embeddings;
-              query.out = attn_.data() + r * Q + h * D;
-            }
-            args.first = queries[0].first;
-            args.last = queries[0].last;
-            AttendHeads(args, queries, tile.rows);
-          }
-        });
+    attention_->Run(*pool_, *kv, l, L.window, qkv, NQKV, attn_.data(), Q);
     LinearMatMul(*pool_, attn_.data(), T, Q, L.o,
                  L.o_bias.empty() ? nullptr : L.o_bias.data(), xn, H);
     ParallelRows(T, [&](int64_t r) {

@@ -1,6 +1,8 @@
-// The CUDA runner's device mirror of the KV pool: same block ids and
-// per-block layout as the host KvCache, so the wire format is unchanged;
-// exports and imports stage through pinned host memory on the copy stream.
+// The CUDA runner's device mirror of the KV pool: same block ids as the
+// host KvCache, its own per-block layout ([layer][K|V][block_size] token
+// rows, as the CUDA kernels read it; the host pool's tiles are the CPU
+// kernels'); exports and imports stage the wire layout (token-major)
+// through pinned host memory on the copy stream.
 // NOT YET RUN ON A GPU.
 #include <algorithm>
 #include <cstring>
