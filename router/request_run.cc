@@ -260,10 +260,21 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   Attempt& a = *attempt_;
   const RouterOptions& o = *env_.options;
   v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
+  // No prefill worker routable at all (not merely busy): the decode worker
+  // prefills instead, when allowed.
+  auto fall_back = [&](const absl::Status& no_prefill) {
+    if (o.colocated_fallback && absl::IsUnavailable(no_prefill)) {
+      decision.set_reason("no_prefill_worker");
+      return absl::OkStatus();
+    }
+    return no_prefill;
+  };
   if (o.mode != RouterMode::kAuto) {
     decision.set_reason("mode");
     if (o.mode == RouterMode::kColocated) return absl::OkStatus();
-    ASSIGN_OR_RETURN(a.prefill, env_.prefill->Pick(exclude_p_, prefill_hint_));
+    auto p = env_.prefill->Pick(exclude_p_, prefill_hint_);
+    if (!p.ok()) return fall_back(p.status());
+    a.prefill = *std::move(p);
     return absl::OkStatus();
   }
   auto p = env_.prefill->Pick(exclude_p_, prefill_hint_);
@@ -297,7 +308,7 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
     decision.set_estimate_decode_worker(*dd.estimate_decode_worker);
   }
   if (dd.prefill_on_decode) return absl::OkStatus();
-  if (!p.ok()) return p.status();
+  if (!p.ok()) return fall_back(p.status());
   a.prefill = *std::move(p);
   return absl::OkStatus();
 }

@@ -23,6 +23,11 @@ struct RouterOptions {
   // auto: weight of the decode stall a prefill on D causes to each of its
   // running sequences (router/disaggregation_policy.h).
   double auto_stall_weight = 1.0;
+  // disaggregated/auto: when no prefill worker is routable (all down or
+  // unreachable: UNAVAILABLE, not busy), the decode worker prefills the
+  // request itself instead of the request failing. Outputs are identical
+  // either way (DESIGN.md, determinism).
+  bool colocated_fallback = true;
   // Tries per request before any token reached the client.
   int max_attempts = 3;
   // Times a stream may move to another (P, D) pair after tokens reached the

@@ -15,6 +15,7 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/metrics/prometheus_text.h"
 #include "common/util/net.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 
@@ -163,6 +164,40 @@ TEST(FailureTest, PrefillWorkerKilledMidPrefill) {
   ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
   EXPECT_EQ(r->output_ids, ref.output_ids);
   {
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// With every prefill worker down, the decode worker prefills the request
+// itself (--colocated_fallback, the default): the same output, the decision
+// named; with the fallback off the request fails UNAVAILABLE, naming the
+// missing pool.
+TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
+  for (bool fallback : {true, false}) {
+    SCOPED_TRACE(fallback ? "fallback on" : "fallback off");
+    ClusterOptions o;
+    o.router_flags = {absl::StrCat("--colocated_fallback=", fallback)};
+    auto cluster = Cluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    Cluster& c = **cluster;
+    c.prefill(0).proc.Signal(SIGKILL);
+    (void)c.prefill(0).proc.Wait(absl::Seconds(5));
+    const ReferenceCase ref = LoadReferenceCases()[0];
+    auto r =
+        RunGenerate(c.router(), IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                    absl::Seconds(30));
+    if (fallback) {
+      ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
+      EXPECT_EQ(r->output_ids, ref.output_ids);
+      EXPECT_EQ(r->timings.prefill_location(), "decode_worker");
+      EXPECT_EQ(r->timings.prefill_decision().reason(), "no_prefill_worker");
+    } else {
+      ASSERT_FALSE(r.ok());
+      EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::HasSubstr("prefill worker"));
+    }
     absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
     EXPECT_TRUE(s.ok()) << s;
   }
