@@ -163,7 +163,7 @@ absl::StatusOr<std::unique_ptr<KvChunkSource>> KvTransferService::OpenSource(
     const pb::KvHeader& header) {
   if (!header.has_ucx()) return nullptr;
   absl::StatusOr<std::unique_ptr<KvChunkSource>> source =
-      ucx_ != nullptr ? ucx_->Open(header.ucx())
+      ucx_ != nullptr ? ucx_->Open(header)
                       : absl::FailedPreconditionError(
                             "this decode worker accepts no UCX pushes");
   if (!source.ok()) counters_.ucx_unusable.fetch_add(1);

@@ -60,6 +60,15 @@ std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
   return out;
 }
 
+int64_t MaxChunkBytes(int num_tokens, int64_t bytes_per_token,
+                      int64_t target_bytes) {
+  const int64_t bpt = std::max<int64_t>(1, bytes_per_token);
+  const int64_t per_chunk = std::max<int64_t>(1, target_bytes / bpt);
+  const int64_t tokens =
+      std::max<int64_t>(1, std::min<int64_t>(per_chunk, num_tokens));
+  return (tokens * bpt + 63) / 64 * 64;
+}
+
 const char* KvHeaderTransport(const pb::KvHeader& header) {
   if (header.has_ucx()) return "ucx";
   return "grpc";

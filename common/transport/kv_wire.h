@@ -37,6 +37,12 @@ std::vector<std::pair<int, int>> ChunkTokenRanges(int begin, int end,
                                                   int64_t bytes_per_token,
                                                   int64_t target_bytes);
 
+// The largest chunk ChunkTokenRanges cuts from a push of `num_tokens`
+// tokens (what a UCX slot or landing buffer must hold), rounded up to 64
+// bytes: a short prompt's push needs small buffers, not target-sized ones.
+int64_t MaxChunkBytes(int num_tokens, int64_t bytes_per_token,
+                      int64_t target_bytes);
+
 // How a push's bytes travel, from its header: "ucx" or "grpc".
 const char* KvHeaderTransport(const pb::KvHeader& header);
 

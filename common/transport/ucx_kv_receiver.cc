@@ -4,21 +4,31 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/transport/kv_wire.h"
 #include "common/util/logging.h"
 
 namespace pdserve::transport {
 
-absl::StatusOr<std::unique_ptr<UcxRegion>> UcxLandingPool::Take() {
+int64_t UcxLandingPool::SizeClass(int64_t bytes) const {
+  int64_t size = kMinBufferBytes;
+  while (size < bytes && size < max_buffer_bytes_) size *= 2;
+  return std::min(size, std::max(bytes, max_buffer_bytes_));
+}
+
+absl::StatusOr<std::unique_ptr<UcxRegion>> UcxLandingPool::Take(int64_t bytes) {
+  const int64_t size = SizeClass(bytes);
   {
     absl::MutexLock lock(&mu_);
     ++in_use_;
-    if (!idle_.empty()) {
-      std::unique_ptr<UcxRegion> r = std::move(idle_.back());
-      idle_.pop_back();
+    auto it = idle_.find(size);
+    if (it != idle_.end() && !it->second.empty()) {
+      std::unique_ptr<UcxRegion> r = std::move(it->second.back());
+      it->second.pop_back();
+      idle_bytes_ -= r->size();
       return r;
     }
   }
-  auto r = worker_->Allocate(buffer_bytes_);
+  auto r = worker_->Allocate(size);
   if (!r.ok()) {
     absl::MutexLock lock(&mu_);
     --in_use_;
@@ -36,8 +46,9 @@ void UcxLandingPool::Return(std::unique_ptr<UcxRegion> buffer) {
   {
     absl::MutexLock lock(&mu_);
     --in_use_;
-    if (static_cast<int>(idle_.size()) < kMaxIdle) {
-      idle_.push_back(std::move(buffer));
+    if (idle_bytes_ + buffer->size() <= kMaxIdleBytes) {
+      idle_bytes_ += buffer->size();
+      idle_[buffer->size()].push_back(std::move(buffer));
     } else {
       drop = std::move(buffer);  // unregistered outside the lock
     }
@@ -123,13 +134,18 @@ void UcxKvReceiver::Describe(pb::KvDescribeResponse* response) const {
 }
 
 absl::StatusOr<std::unique_ptr<KvChunkSource>> UcxKvReceiver::Open(
-    const pb::KvUcxSource& source) {
+    const pb::KvHeader& header) {
+  const pb::KvUcxSource& source = header.ucx();
   if (source.tag_prefix() == 0 || (source.tag_prefix() & kChunkMask) != 0) {
     return absl::InvalidArgumentError("KV header: malformed UCX tag prefix");
   }
   auto type = ParseUcxMemoryType(source.memory_type());
   if (!type.ok()) return type.status();
-  auto landing = landing_.Take();
+  auto layout = LayoutFromProto(header.layout());
+  if (!layout.ok()) return layout.status();
+  auto landing = landing_.Take(MaxChunkBytes(header.num_tokens(),
+                                             layout->BytesPerTokenPerLayer(),
+                                             kKvChunkTargetBytes));
   if (!landing.ok()) return landing.status();
   return std::make_unique<UcxChunkSource>(this, &landing_, source,
                                           *std::move(landing));

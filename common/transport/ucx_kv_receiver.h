@@ -11,6 +11,7 @@
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -23,25 +24,34 @@
 
 namespace pdserve::transport {
 
-// Landing buffers of one size, registered when first needed and reused;
-// at most kMaxIdle stay registered while unused. Thread-safe.
+// Landing buffers in power-of-two size classes (4 KiB up to
+// `max_buffer_bytes`), registered when first needed and reused: a push takes
+// one of the class its largest chunk needs, so a short prompt's push does not
+// hold (and register) a target-sized buffer. Unused buffers stay registered
+// up to kMaxIdleBytes in all. Thread-safe.
 class UcxLandingPool {
  public:
-  static constexpr int kMaxIdle = 4;
-  UcxLandingPool(UcxWorker* worker, int64_t buffer_bytes)
-      : worker_(worker), buffer_bytes_(buffer_bytes) {}
-  int64_t buffer_bytes() const { return buffer_bytes_; }
-  absl::StatusOr<std::unique_ptr<UcxRegion>> Take();
+  static constexpr int64_t kMaxIdleBytes = int64_t{32} << 20;
+  static constexpr int64_t kMinBufferBytes = int64_t{4} << 10;
+  UcxLandingPool(UcxWorker* worker, int64_t max_buffer_bytes)
+      : worker_(worker), max_buffer_bytes_(max_buffer_bytes) {}
+  int64_t max_buffer_bytes() const { return max_buffer_bytes_; }
+  // A buffer of at least `bytes` (at most max_buffer_bytes).
+  absl::StatusOr<std::unique_ptr<UcxRegion>> Take(int64_t bytes);
   void Return(std::unique_ptr<UcxRegion> buffer);
   // A taken buffer that will not come back.
   void Forget();
   int in_use() const;
 
  private:
+  int64_t SizeClass(int64_t bytes) const;
+
   UcxWorker* const worker_;
-  const int64_t buffer_bytes_;
+  const int64_t max_buffer_bytes_;
   mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<UcxRegion>> idle_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, std::vector<std::unique_ptr<UcxRegion>>> idle_
+      ABSL_GUARDED_BY(mu_);
+  int64_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int in_use_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -57,7 +67,7 @@ class UcxKvReceiver {
 
   // The chunks of a push; INVALID_ARGUMENT for a malformed source.
   absl::StatusOr<std::unique_ptr<KvChunkSource>> Open(
-      const pb::KvUcxSource& source);
+      const pb::KvHeader& header);
   // A push refused or failed before (or without) a source: P's messages
   // for it are received and discarded for kDrainFor.
   void Abandon(const pb::KvUcxSource& source);

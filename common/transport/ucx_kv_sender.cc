@@ -374,10 +374,12 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
   }
   auto layout = LayoutFromProto(header.layout());
   if (!layout.ok()) return layout.status();
-  // The largest chunk ChunkTokenRanges cuts, rounded to 64 bytes.
+  // The largest chunk ChunkTokenRanges cuts from this push: a short
+  // prompt's ring is small (hundreds of concurrent pushes must not each
+  // hold 8 target-sized slots).
   const int64_t slot_bytes =
-      (std::max(kKvChunkTargetBytes, layout->BytesPerTokenPerLayer()) + 63) /
-      64 * 64;
+      MaxChunkBytes(header.num_tokens(), layout->BytesPerTokenPerLayer(),
+                    kKvChunkTargetBytes);
   auto ring = TakeRegion(slot_bytes * kSlots);
   if (!ring.ok()) {
     if (fallback_ == nullptr) return ring.status();

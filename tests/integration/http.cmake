@@ -6,5 +6,8 @@ add_library(pdserve_http_test_client STATIC
   ${CMAKE_SOURCE_DIR}/tests/integration/http_test_client.cc)
 target_link_libraries(pdserve_http_test_client PUBLIC absl::status
   absl::statusor absl::strings absl::time)
-pdserve_add_cluster_tests(NAMES service_http service_openai_sdk service_chat
+pdserve_add_cluster_tests(NAMES service_http service_chat
   LIBS pdserve_http_test_client)
+# 1,000 concurrent streams: alone, so that no other test's cluster starves it.
+pdserve_add_cluster_tests(NAMES service_openai_sdk LIBS pdserve_http_test_client
+  SERIAL)

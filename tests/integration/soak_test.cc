@@ -320,6 +320,7 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   // Outcomes.
   int completed = 0, migrated = 0, mismatched = 0;
   std::map<std::string, int> failed_by_code;
+  std::set<std::string> failure_examples;
   std::vector<double> ttft_steady, ttft_after_kill;
   for (int i = 0; i < num_requests; ++i) {
     const Outcome& o = outcomes[i];
@@ -343,6 +344,9 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
     }
     const absl::StatusCode code = o.status.code();
     ++failed_by_code[absl::StatusCodeToString(code)];
+    if (failure_examples.size() < 3) {
+      failure_examples.insert(std::string(o.status.message()).substr(0, 200));
+    }
     EXPECT_TRUE(code == absl::StatusCode::kUnavailable ||
                 code == absl::StatusCode::kResourceExhausted ||
                 code == absl::StatusCode::kDeadlineExceeded)
@@ -407,6 +411,8 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   std::string failures;
   for (const auto& [code, n] : failed_by_code)
     absl::StrAppend(&failures, " ", code, "=", n);
+  for (const std::string& m : failure_examples)
+    absl::StrAppend(&failures, "\n    e.g. ", m);
   std::printf(
       "chaos soak: %s %s, up --prefill=1 --decode=2, %d requests (%d seeded) "
       "of %d tokens, %d concurrent, %.1f s\n"
