@@ -457,6 +457,13 @@ void RequestRun::AttemptFailed(absl::Status status) {
                                    "deadline exceeded: ", status.message()))
                              : absl::CancelledError("client cancelled"));
   }
+  // The client did not cancel: a worker call that ended CANCELLED was cut on
+  // the workers' side (D's KV push cancelled because its prefill worker
+  // died), a worker failure like any other.
+  if (absl::IsCancelled(status)) {
+    status = absl::UnavailableError(status.message());
+    last_ = status;
+  }
   if (!Retryable(status) || a.failed == nullptr) return End(status);
   const RouterOptions& o = *env_.options;
   if (stream_.sent_any()) {

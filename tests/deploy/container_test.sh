@@ -67,11 +67,13 @@ free_port() {
 # --- 1. The Debian 12 base image, imported from debootstrap (cached). --------
 if ! podman image exists "$BASE_IMAGE"; then
   command -v debootstrap >/dev/null || die "debootstrap is required to make $BASE_IMAGE"
-  # The Debian mirror apt uses on this machine (deb822 or one-line format).
-  MIRROR=$(grep -hsE '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | head -n1)
+  # The Debian mirror apt uses on this machine (deb822 or one-line format;
+  # grep exits 2 for a glob that matched no file, as on a debootstrapped
+  # machine without sources.list.d/*.sources: not an error here).
+  MIRROR=$(grep -hsE '^URIs:.*debian/?$' /etc/apt/sources.list.d/*.sources | awk '{print $2}' | head -n1 || true)
   if [ -z "$MIRROR" ]; then
     MIRROR=$(grep -hsE '^deb .*/debian/? bookworm' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-             awk '{print $2}' | head -n1)
+             awk '{print $2}' | head -n1 || true)
   fi
   MIRROR=${MIRROR:-http://deb.debian.org/debian}
   log "making $BASE_IMAGE with debootstrap from $MIRROR"

@@ -170,11 +170,22 @@ struct Outcome {
 };
 
 TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
-  const int num_requests = EnvInt("PDSERVE_SOAK_REQUESTS", 48);
+  const int num_requests = EnvInt("PDSERVE_SOAK_REQUESTS", 64);
   const int concurrency = EnvInt("PDSERVE_SOAK_CONCURRENCY", 8);
-  const int kill_every_ms = EnvInt("PDSERVE_SOAK_KILL_EVERY_MS", 3000);
+  const int kill_every_ms = EnvInt("PDSERVE_SOAK_KILL_EVERY_MS", 2500);
+  const int first_kill_ms = std::min(kill_every_ms, 1500);
   const int max_tokens = EnvInt("PDSERVE_SOAK_MAX_TOKENS", 24);
   std::mt19937 rng(EnvInt("PDSERVE_SOAK_SEED", 1));
+  // The KV transport of the workers. The suite's short form uses gRPC: with
+  // UCX (Debian's 1.13), a decode worker occasionally aborts inside
+  // ucp_rndv_receive (assertion `ep->worker == worker`) when its prefill
+  // worker is SIGKILLed in the middle of a push -- an open defect
+  // (docs/service.md "Chaos soak"); PDSERVE_SOAK_KV_TRANSPORT=auto runs the
+  // soak on UCX and reports it.
+  const char* transport_env = getenv("PDSERVE_SOAK_KV_TRANSPORT");
+  const std::string kv_transport =
+      transport_env != nullptr && *transport_env != '\0' ? transport_env
+                                                         : "grpc";
 
   // The requests: random prompts of 8-96 tokens; every third one seeded
   // sampling, the rest greedy.
@@ -230,7 +241,8 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
       {PdserveBinary(), "up", "--port=0", "--http_port=0", "--prefill=1",
        "--decode=2", absl::StrCat("--model=", kModel),
        absl::StrCat("--dtype=", kDtype),
-       absl::StrCat("--kv_cache_memory=", kKvCacheMemory)},
+       absl::StrCat("--kv_cache_memory=", kKvCacheMemory),
+       absl::StrCat("--kv_transport=", kv_transport)},
       so);
   ASSERT_TRUE(up.ok()) << up.status();
   std::string router;
@@ -282,7 +294,8 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   std::thread chaos([&] {
     int restarts_seen = 0;
     while (!load_done) {
-      absl::SleepFor(absl::Milliseconds(kill_every_ms));
+      absl::SleepFor(absl::Milliseconds(kill_times.empty() ? first_kill_ms
+                                                           : kill_every_ms));
       if (load_done) break;
       const absl::Time wait_until = absl::Now() + absl::Seconds(60);
       while (!load_done && absl::Now() < wait_until) {
@@ -388,6 +401,27 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   const int64_t router_rss = RssBytes(router_pid);
   EXPECT_LE(router_rss, kRouterRssBound);
 
+  // Children that failed by themselves (not killed by this test) are bugs.
+  {
+    std::istringstream err(ReadFile(so.stderr_path));
+    std::string line;
+    while (std::getline(err, line)) {
+      if (absl::StrContains(line, " exited with ") ||
+          (absl::StrContains(line, "killed by signal") &&
+           !absl::StrContains(line, "signal 9 "))) {
+        std::string log_tail;
+        const size_t see = line.find("; see ");
+        if (see != std::string::npos) {
+          const std::string log = ReadFile(line.substr(see + 6));
+          log_tail = log.substr(log.size() > 3000 ? log.size() - 3000 : 0);
+        }
+        ADD_FAILURE() << "a child failed on its own: " << line
+                      << "\n--- the end of its log:\n"
+                      << log_tail;
+      }
+    }
+  }
+
   // Stop up; nothing it started (restarts included) may outlive it.
   up->Signal(SIGTERM);
   auto st = up->Wait(absl::Seconds(60));
@@ -414,7 +448,8 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   for (const std::string& m : failure_examples)
     absl::StrAppend(&failures, "\n    e.g. ", m);
   std::printf(
-      "chaos soak: %s %s, up --prefill=1 --decode=2, %d requests (%d seeded) "
+      "chaos soak: %s %s, up --prefill=1 --decode=2 --kv_transport=%s, %d "
+      "requests (%d seeded) "
       "of %d tokens, %d concurrent, %.1f s\n"
       "  completed %d (%d migrated, %d different from complete), failed %d:%s\n"
       "  kills %zu:%s (one every %.1f s)\n"
@@ -422,15 +457,15 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
       "after a kill (%zu)\n%s"
       "  router RSS %lld MiB; after stop: %d of %zu processes left, %zu new "
       "/dev/shm entries\n",
-      kModel, kDtype, num_requests, num_requests / 3, max_tokens, concurrency,
-      load_seconds, completed, migrated, mismatched, num_requests - completed,
-      failures.empty() ? " none" : failures.c_str(), kill_times.size(),
-      kills.c_str(), kill_every_ms / 1000.0, Percentile(ttft_steady, 0.5),
-      Percentile(ttft_steady, 0.99), ttft_steady.size(),
-      Percentile(ttft_after_kill, 0.5), Percentile(ttft_after_kill, 0.99),
-      ttft_after_kill.size(), worker_state.c_str(),
-      static_cast<long long>(router_rss >> 20), orphans, all_pids.size(),
-      new_shm.size());
+      kModel, kDtype, kv_transport.c_str(), num_requests, num_requests / 3,
+      max_tokens, concurrency, load_seconds, completed, migrated, mismatched,
+      num_requests - completed, failures.empty() ? " none" : failures.c_str(),
+      kill_times.size(), kills.c_str(), kill_every_ms / 1000.0,
+      Percentile(ttft_steady, 0.5), Percentile(ttft_steady, 0.99),
+      ttft_steady.size(), Percentile(ttft_after_kill, 0.5),
+      Percentile(ttft_after_kill, 0.99), ttft_after_kill.size(),
+      worker_state.c_str(), static_cast<long long>(router_rss >> 20), orphans,
+      all_pids.size(), new_shm.size());
   // The soak must have exercised something.
   EXPECT_GE(kill_times.size(), 2u) << "too few kills: the load ended first";
   EXPECT_GE(completed, num_requests / 2);
