@@ -30,6 +30,20 @@ std::vector<std::string> KvTransportFlagsFromEnv() {
   return {absl::StrCat("--kv_transport=", t)};
 }
 
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+bool ProcessAlive(int pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() &&
+         stat[close + 2] != 'Z';
+}
+
 std::set<std::string> FlagsOfRole(const std::string& role) {
   static absl::Mutex mu;
   static auto* cache = new std::map<std::string, std::set<std::string>>();

@@ -43,6 +43,12 @@ std::set<std::string> FlagsOfRole(const std::string& role);
 std::vector<std::string> KeepFlagsOf(const std::string& role,
                                      const std::vector<std::string>& flags);
 
+// The whole file at `path` ("" when it cannot be read).
+std::string ReadFile(const std::string& path);
+
+// True when process `pid` exists and is not a zombie.
+bool ProcessAlive(int pid);
+
 // A fresh temporary directory, removed by the destructor.
 class TempDir {
  public:

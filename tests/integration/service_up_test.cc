@@ -22,23 +22,6 @@
 namespace pdserve::testing {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Alive = exists and is not a zombie.
-bool Alive(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return false;
-  size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() &&
-         stat[close + 2] != 'Z';
-}
-
 std::vector<int> ChildPids(const std::string& out) {
   std::vector<int> pids;
   std::regex re("pid ([0-9]+)\\)");
@@ -53,7 +36,7 @@ bool AllGone(const std::vector<int>& pids, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     bool any = false;
-    for (int pid : pids) any |= Alive(pid);
+    for (int pid : pids) any |= ProcessAlive(pid);
     if (!any) return true;
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -214,7 +197,7 @@ TEST(UpTest, KilledChildrenAreRestartedOnTheirPortsAndServeAgain) {
     const ChildLine after = WaitForRestart(*up, name, before.pid);
     ASSERT_GT(after.pid, 0) << ReadFile(up->dir.path() + "/err");
     all_pids.push_back(after.pid);
-    EXPECT_FALSE(Alive(before.pid));
+    EXPECT_FALSE(ProcessAlive(before.pid));
     EXPECT_EQ(after.port, before.port);
     // Same port, and the cluster answers exactly again once the router has
     // seen the restarted worker healthy.

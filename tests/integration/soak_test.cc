@@ -62,20 +62,6 @@ int EnvInt(const char* name, int fallback) {
   return v != nullptr && absl::SimpleAtoi(v, &out) ? out : fallback;
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-bool Alive(int pid) {
-  std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
-  size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() &&
-         stat[close + 2] != 'Z';
-}
-
 int64_t RssBytes(int pid) {
   std::istringstream in(ReadFile(absl::StrCat("/proc/", pid, "/status")));
   std::string line;
@@ -432,7 +418,7 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
       AllPids(ReadFile(so.stdout_path) + ReadFile(so.stderr_path));
   int orphans = 0;
   absl::SleepFor(absl::Milliseconds(500));
-  for (int pid : all_pids) orphans += Alive(pid) ? 1 : 0;
+  for (int pid : all_pids) orphans += ProcessAlive(pid) ? 1 : 0;
   EXPECT_EQ(orphans, 0) << "processes started by up are still running";
   std::vector<std::string> new_shm;
   for (const std::string& e : ShmEntries())
