@@ -142,11 +142,19 @@ http_check() {
   local port=$1 what=$2
   curl -sf --max-time 10 "http://127.0.0.1:$port/health" >/dev/null ||
     die "$what: GET /health on port $port is not 200"
-  curl -sf --max-time 60 "http://127.0.0.1:$port/v1/completions" \
+  # The served model's name (the model directory's name unless
+  # --served_model_name), as a client learns it.
+  local model
+  model=$(curl -sf --max-time 10 "http://127.0.0.1:$port/v1/models" |
+          node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).data[0].id))') ||
+    die "$what: GET /v1/models on port $port failed"
+  curl -s --max-time 60 "http://127.0.0.1:$port/v1/completions" \
     -H 'Content-Type: application/json' \
-    -d "$(node -e 'console.log(JSON.stringify({model: "x", prompt: process.argv[1],
-          max_tokens: Number(process.argv[2]), temperature: 0}))' "$PROMPT" "$MAX_TOKENS")" \
+    -d "$(node -e 'console.log(JSON.stringify({model: process.argv[3], prompt: process.argv[1],
+          max_tokens: Number(process.argv[2]), temperature: 0}))' "$PROMPT" "$MAX_TOKENS" "$model")" \
     >"$WORK/completion.json" || die "$what: POST /v1/completions on port $port failed"
+  grep -q '"choices"' "$WORK/completion.json" ||
+    die "$what: POST /v1/completions on port $port: $(head -c 400 "$WORK/completion.json")"
   node - "$REF" "$WORK/completion.json" "$what" <<'EOF'
 const fs = require("fs");
 const [refFile, outFile, what] = process.argv.slice(2);
