@@ -43,21 +43,24 @@ RouterModelInfo Model() {
 TEST(ResolveRequestTest, UnsetFieldsTakeDefaultsAndZeroIsNotUnset) {
   pdserve::v1::GenerateRequest r;
   r.mutable_token_ids()->add_ids(1);
-  auto unset = ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  auto unset =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   ASSERT_TRUE(unset.ok()) << unset.status();
   EXPECT_EQ(unset->sampling.temperature, 1.0f);
   EXPECT_EQ(unset->sampling.top_p, 1.0f);
   EXPECT_EQ(unset->stop.max_tokens, 256);
   r.mutable_sampling()->set_temperature(0.0f);
   r.set_max_tokens(7);
-  auto set = ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  auto set =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   ASSERT_TRUE(set.ok());
   EXPECT_EQ(set->sampling.temperature, 0.0f);
   EXPECT_EQ(set->stop.max_tokens, 7);
   // The default max_tokens shrinks to the context left.
   for (int i = 0; i < 400; ++i) r.mutable_token_ids()->add_ids(5);
   r.clear_max_tokens();
-  auto near_full = ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  auto near_full =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   ASSERT_TRUE(near_full.ok());
   EXPECT_EQ(near_full->stop.max_tokens, 512 - 401);
 }
@@ -66,10 +69,12 @@ TEST(ResolveRequestTest, TextWithoutTokenizerAndBadValues) {
   pdserve::v1::GenerateRequest r;
   r.set_text("hello");
   EXPECT_TRUE(absl::IsFailedPrecondition(
-      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits()).status()));
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits())
+          .status()));
   r.mutable_token_ids()->add_ids(1);
   r.mutable_sampling()->set_top_k(-2);
-  auto bad = ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  auto bad =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("top_k"), std::string::npos);
 }
