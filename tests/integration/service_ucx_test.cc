@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/metrics/prometheus_text.h"
+#include "common/util/scoped_env.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 
@@ -25,30 +26,6 @@ namespace pdserve::testing {
 namespace {
 
 // Sets UCX_TLS for the processes started while it lives ("" = unset).
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& tls) {
-    if (const char* old = getenv("UCX_TLS")) saved_ = old;
-    had_ = getenv("UCX_TLS") != nullptr;
-    if (tls.empty()) {
-      unsetenv("UCX_TLS");
-    } else {
-      setenv("UCX_TLS", tls.c_str(), 1);
-    }
-  }
-  ~ScopedUcxTls() {
-    if (had_) {
-      setenv("UCX_TLS", saved_.c_str(), 1);
-    } else {
-      unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  bool had_ = false;
-  std::string saved_;
-};
-
 double Metric(const RoleProcess& p, const std::string& name,
               const metrics::LabelSet& labels) {
   auto s = metrics::ScrapeMetrics("127.0.0.1", p.metrics_port);
@@ -62,7 +39,7 @@ double Metric(const RoleProcess& p, const std::string& name,
 std::unique_ptr<Cluster> StartCluster(const std::string& tls,
                                       std::vector<std::string> prefill_flags,
                                       std::vector<std::string> decode_flags) {
-  ScopedUcxTls env(tls);
+  ScopedEnv env("UCX_TLS", tls);
   ClusterOptions o;
   o.common_flags = {"--metrics_port=-1"};
   o.prefill_flags = std::move(prefill_flags);

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/util/net.h"
+#include "common/util/scoped_env.h"
 #include "common/util/subprocess.h"
 
 namespace pdserve {
@@ -94,33 +95,6 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
-// Sets UCX_TLS for children started while it lives (fork inherits the
-// environment), then restores it.
-class ScopedUcxTls {
- public:
-  explicit ScopedUcxTls(const std::string& tls) {
-    const char* old = getenv("UCX_TLS");
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (tls.empty()) {
-      unsetenv("UCX_TLS");
-    } else {
-      setenv("UCX_TLS", tls.c_str(), 1);
-    }
-  }
-  ~ScopedUcxTls() {
-    if (had_) {
-      setenv("UCX_TLS", old_.c_str(), 1);
-    } else {
-      unsetenv("UCX_TLS");
-    }
-  }
-
- private:
-  bool had_ = false;
-  std::string old_;
-};
-
 }  // namespace
 
 absl::StatusOr<double> UcxPerftestGbps(const std::string& test,
@@ -138,7 +112,7 @@ absl::StatusOr<double> UcxPerftestGbps(const std::string& test,
   const std::string dir = dir_template;
   const std::string out = dir + "/client.out";
   absl::StatusOr<double> result = absl::UnavailableError("not run");
-  ScopedUcxTls env(tls);
+  ScopedEnv env("UCX_TLS", tls);
   // The server may take a moment to listen: retry the client with a fresh
   // server on a fresh port a few times.
   for (int attempt = 0; attempt < 5; ++attempt) {
