@@ -123,6 +123,22 @@ absl::Status UcxWorker::Init() {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("reading UCX configuration", s);
+  // Endpoint and request ids on the wire as indirect keys, not pointers.
+  // When a peer without peer-failure mode (same-host prefill workers, so
+  // that UCX keeps its shared-memory transports) dies, UCX 1.13 destroys
+  // the endpoint it made for that peer while the peer's rendezvous
+  // announcements still wait in the unexpected queue; receiving or draining
+  // one then dereferences the freed endpoint and aborts the process in
+  // ucp_rndv_receive. With indirect ids UCX finds the endpoint gone and
+  // ends the receive (UCS_ERR_CANCELED). An operator's UCX_PROTO_INDIRECT_ID
+  // still wins.
+  if (std::getenv("UCX_PROTO_INDIRECT_ID") == nullptr) {
+    s = ucp_config_modify(config, "PROTO_INDIRECT_ID", "on");
+    if (s != UCS_OK) {
+      ucp_config_release(config);
+      return UcxError("setting UCX_PROTO_INDIRECT_ID", s);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME |
                       UCP_PARAM_FIELD_MT_WORKERS_SHARED;

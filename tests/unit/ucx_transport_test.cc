@@ -4,7 +4,12 @@
 // chunk identical, checksums verified as for gRPC), region reuse and
 // release, corruption, cancellation and the fallbacks when the decode
 // worker takes no UCX or cannot reach this worker.
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -12,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/grpc_kv_transport.h"
@@ -21,6 +27,8 @@
 #include "common/transport/ucx_worker.h"
 #include "gtest/gtest.h"
 #include "tests/unit/transport_test_util.h"
+
+extern char** environ;
 
 namespace pdserve::transport {
 namespace {
@@ -203,6 +211,89 @@ TEST(UcxWorkerTest, ForeignAddressIsRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(p->Connect(junk, true).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(p->Connect("", true).status()));
   EXPECT_EQ(p->counters().endpoints.load(), 0);
+}
+
+// A peer killed after announcing rendezvous messages (their RTS wait in
+// D's unexpected queue; the peer is in another process, connected as a
+// same-host prefill worker is, without peer-failure mode): UCX tears down
+// D's endpoint to it when it notices the death, and receiving or draining
+// those messages afterwards ends instead of touching that endpoint (UCX 1.13
+// aborts in ucp_rndv_receive on a freed endpoint unless endpoint ids are
+// indirect, which UcxWorker turns on).
+TEST(UcxPeerDeathTest, RendezvousOfAKilledPeerEndsItsReceiveAndDrain) {
+  auto d = WorkerWithTls("");
+  ASSERT_NE(d, nullptr);
+  const uint64_t tag = 0x5100;
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  const std::string helper = PDSERVE_UCX_PEER_HELPER;
+  const std::string hex = absl::BytesToHexString(d->address());
+  const std::string tag_arg = absl::StrCat(tag);
+  char* argv[] = {const_cast<char*>(helper.c_str()),
+                  const_cast<char*>(hex.c_str()),
+                  const_cast<char*>(tag_arg.c_str()), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv, environ),
+            0)
+      << helper;
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  // Whatever happens below, the helper goes.
+  struct Reaper {
+    pid_t pid;
+    int fd;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+      close(fd);
+    }
+  } reaper{pid, out[0]};
+  pollfd pfd{out[0], POLLIN, 0};
+  ASSERT_EQ(poll(&pfd, 1, 30000), 1) << "the UCX peer helper did not start";
+  char line[16] = {};
+  ASSERT_GT(read(out[0], line, sizeof(line) - 1), 0);
+  ASSERT_EQ(std::string(line), "sent\n");
+
+  auto landing = d->Allocate(4 << 20);
+  ASSERT_TRUE(landing.ok()) << landing.status();
+  auto never = [] { return false; };
+  // The eager message came after both announcements.
+  auto small = d->Receive(**landing, 0, 64, tag + 1, never);
+  ASSERT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ(*small, 64);
+
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
+  reaper.pid = 0;  // reaped
+  // D's UCX notices the closed connection on its next progress.
+  absl::SleepFor(absl::Seconds(1));
+
+  // UCX ends the receive itself; the caller's cancellation (after 30 s)
+  // is only a backstop.
+  const absl::Time start = absl::Now();
+  bool gave_up = false;
+  auto got = d->Receive(**landing, 0, 4 << 20, tag, [&] {
+    gave_up = gave_up || absl::Now() - start > absl::Seconds(30);
+    return gave_up;
+  });
+  // UNAVAILABLE (the peer's endpoint failed) or CANCELLED (already gone).
+  EXPECT_TRUE(absl::IsUnavailable(got.status()) ||
+              absl::IsCancelled(got.status()))
+      << got.status();
+  EXPECT_FALSE(gave_up);
+  const int64_t drained = d->counters().drained.load();
+  d->DrainLater(tag + 2, ~uint64_t{0}, absl::Milliseconds(300));
+  for (int i = 0; i < 100 && d->counters().drained.load() == drained; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(d->counters().drained.load(), drained + 1);
+  absl::SleepFor(absl::Milliseconds(500));  // the drain's receive ends
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxWorkerTest,
