@@ -162,16 +162,14 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   const int first_kill_ms = std::min(kill_every_ms, 1500);
   const int max_tokens = EnvInt("PDSERVE_SOAK_MAX_TOKENS", 24);
   std::mt19937 rng(EnvInt("PDSERVE_SOAK_SEED", 1));
-  // The KV transport of the workers. The suite's short form uses gRPC: with
-  // UCX (Debian's 1.13), a decode worker occasionally aborts inside
-  // ucp_rndv_receive (assertion `ep->worker == worker`) when its prefill
-  // worker is SIGKILLed in the middle of a push -- an open defect
-  // (docs/service.md "Chaos soak"); PDSERVE_SOAK_KV_TRANSPORT=auto runs the
-  // soak on UCX and reports it.
+  // The KV transport of the workers: `auto` (UCX, the default data plane)
+  // unless PDSERVE_SOAK_KV_TRANSPORT says otherwise (grpc). Killing P in the
+  // middle of a UCX push used to abort D inside UCX 1.13 (see
+  // UcxPeerDeathTest in ucx_transport_test.cc).
   const char* transport_env = getenv("PDSERVE_SOAK_KV_TRANSPORT");
   const std::string kv_transport =
       transport_env != nullptr && *transport_env != '\0' ? transport_env
-                                                         : "grpc";
+                                                         : "auto";
 
   // The requests: random prompts of 8-96 tokens; every third one seeded
   // sampling, the rest greedy.
