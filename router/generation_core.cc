@@ -85,6 +85,7 @@ GenerationCore::GenerationCore(
   env_.decode = decode_;
   env_.metrics = metrics_;
   env_.handoff_seconds = &handoff_seconds_;
+  env_.timers = &run_timers_;
   admission_timer_ = std::thread([this] { AdmissionTimerLoop(); });
 }
 

@@ -28,6 +28,7 @@
 #include "router/request_run.h"
 #include "router/response_sink.h"
 #include "router/router_options.h"
+#include "router/timer_queue.h"
 #include "router/worker_pool.h"
 
 namespace pdserve {
@@ -126,6 +127,10 @@ class GenerationCore {
   std::deque<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread admission_timer_;
+  // Wakes runs waiting for a worker (--worker_wait). Last, so destroyed
+  // first: its pending wake-ups run (and end their runs) while the rest of
+  // the core still exists.
+  TimerQueue run_timers_;
 };
 
 }  // namespace pdserve

@@ -235,9 +235,11 @@ void RequestRun::StartAttempt() {
   }
   // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED (the
   // client may retry), not UNAVAILABLE.
-  auto d = env_.decode->Pick(exclude_d_);
+  auto d = env_.decode->Pick(exclude_d_.workers);
   if (!d.ok()) {
-    if (!absl::IsResourceExhausted(last_)) last_ = d.status();
+    absl::Status why = d.status();
+    if (WaitForWorker(*env_.decode, exclude_d_, why)) return;
+    if (!absl::IsResourceExhausted(last_)) last_ = why;
     return End(last_);
   }
   a.decode = *d;
@@ -245,6 +247,7 @@ void RequestRun::StartAttempt() {
       stream_.request().prompt_ids.size() + stream_.generated().size());
   absl::Status picked = ChoosePrefill(prompt_tokens);
   if (!picked.ok()) {
+    if (WaitForWorker(*env_.prefill, exclude_p_, picked)) return;
     if (!absl::IsResourceExhausted(last_)) last_ = picked;
     return End(last_);
   }
@@ -254,6 +257,56 @@ void RequestRun::StartAttempt() {
   } else {
     StartPrefill();
   }
+}
+
+bool RequestRun::WaitForWorker(WorkerPool& pool, Exclusions& excluded,
+                               absl::Status& why) {
+  const RouterOptions& o = *env_.options;
+  if (!absl::IsUnavailable(why) || o.worker_wait <= absl::ZeroDuration() ||
+      env_.timers == nullptr || env_.timers->stopping()) {
+    return false;
+  }
+  const auto again = [&] {
+    last_ = why;
+    --attempt_no_;  // the attempt counts restart with the next try
+    attempt_.reset();
+  };
+  if (pool.healthy_count() > 0) {
+    // Every healthy worker is excluded. Those this request failed on with
+    // UNAVAILABLE were marked unhealthy then (ReportFailure), so a healthy
+    // one has passed a health check since: restarted, it is tried again
+    // (--max_attempts and --max_migrations still bound the tries). Busy
+    // ones (RESOURCE_EXHAUSTED) stay excluded.
+    bool readmitted = false;
+    for (const std::string& w : excluded.unavailable) {
+      readmitted |= excluded.workers.erase(w) > 0;
+    }
+    excluded.unavailable.clear();
+    if (!readmitted) return false;
+    again();
+    queue_.Post([self = shared_from_this()] { self->StartAttempt(); });
+    return true;
+  }
+  // No healthy worker at all (restarting, or not discovered yet): wait for
+  // one, at most --worker_wait in all, never past the deadline.
+  const absl::Time now = absl::Now();
+  if (worker_wait_until_ == absl::InfiniteFuture()) {
+    worker_wait_until_ = now + o.worker_wait;  // one budget per request
+    env_.metrics->CountWorkerWait();
+  }
+  if (now >= worker_wait_until_ || PastDeadline()) {
+    why = absl::UnavailableError(absl::StrCat(
+        why.message(), "; waited ", absl::FormatDuration(o.worker_wait),
+        " for one (--worker_wait)"));
+    return false;
+  }
+  excluded = Exclusions();  // whichever comes back healthy
+  again();
+  env_.timers->RunAt(std::min(now + kWorkerWaitPoll, deadline_),
+                     [self = shared_from_this()] {
+                       self->queue_.Post([self] { self->StartAttempt(); });
+                     });
+  return true;
 }
 
 absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
@@ -272,12 +325,12 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   if (o.mode != RouterMode::kAuto) {
     decision.set_reason("mode");
     if (o.mode == RouterMode::kColocated) return absl::OkStatus();
-    auto p = env_.prefill->Pick(exclude_p_, prefill_hint_);
+    auto p = env_.prefill->Pick(exclude_p_.workers, prefill_hint_);
     if (!p.ok()) return fall_back(p.status());
     a.prefill = *std::move(p);
     return absl::OkStatus();
   }
-  auto p = env_.prefill->Pick(exclude_p_, prefill_hint_);
+  auto p = env_.prefill->Pick(exclude_p_.workers, prefill_hint_);
   DisaggregationInputs in;
   in.prompt_tokens = prompt_tokens;
   in.handoff_seconds = env_.handoff_seconds->Get();
@@ -485,8 +538,10 @@ void RequestRun::AttemptFailed(absl::Status status) {
   }
   const bool prefill_failed = a.failed == a.prefill.get();
   const std::string failed_address = a.failed->address;
-  (prefill_failed ? exclude_p_ : exclude_d_).insert(failed_address);
+  Exclusions& excluded = prefill_failed ? exclude_p_ : exclude_d_;
+  excluded.workers.insert(failed_address);
   if (absl::IsUnavailable(status)) {
+    excluded.unavailable.insert(failed_address);
     (prefill_failed ? env_.prefill : env_.decode)
         ->ReportFailure(failed_address, std::string(status.message()));
   }

@@ -29,6 +29,7 @@
 #include "router/response_sink.h"
 #include "router/router_options.h"
 #include "router/serial_queue.h"
+#include "router/timer_queue.h"
 #include "router/worker_pool.h"
 
 namespace pdserve {
@@ -42,6 +43,8 @@ struct PipelineEnv {
   metrics::RouterMetrics* metrics = nullptr;
   // The P -> D handoff's exposed time (--mode=auto's estimate).
   Ewma* handoff_seconds = nullptr;
+  // Wakes runs waiting for a worker (--worker_wait); null: they never wait.
+  TimerQueue* timers = nullptr;
 };
 
 class RequestRun : public std::enable_shared_from_this<RequestRun> {
@@ -74,6 +77,19 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
 
   // All of these run on queue_.
   void StartAttempt();
+  // Workers of one pool this run no longer picks: every one an attempt
+  // failed on, and of those the ones that failed UNAVAILABLE.
+  struct Exclusions {
+    std::set<std::string> workers;
+    std::set<std::string> unavailable;
+  };
+  // No worker of `pool` was routable (`why`). Unless --worker_wait is 0:
+  // when its healthy workers all failed this request UNAVAILABLE before
+  // (they were restarted), readmits them and tries again now; when none is
+  // healthy, tries again in kWorkerWaitPoll (a worker restarting), within
+  // the --worker_wait budget. True when it will try again; false ends the
+  // run, with `why` saying how long it waited, if it did.
+  bool WaitForWorker(WorkerPool& pool, Exclusions& excluded, absl::Status& why);
   absl::Status ChoosePrefill(int prompt_tokens);
   void StartPrefill();
   void OnPrefillDone(std::shared_ptr<PrefillCall> call,
@@ -103,10 +119,13 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   std::unique_ptr<Attempt> attempt_;
   int attempt_no_ = -1;
   int failed_before_send_ = 0;  // attempts that failed before any token
-  std::set<std::string> exclude_p_, exclude_d_;
+  Exclusions exclude_p_, exclude_d_;
   PickHint prefill_hint_;
   absl::Status last_;  // the latest attempt's failure
   bool ended_ = false;
+  // The end of this run's --worker_wait budget (set on its first wait).
+  absl::Time worker_wait_until_ = absl::InfiniteFuture();
+  static constexpr absl::Duration kWorkerWaitPoll = absl::Milliseconds(100);
 };
 
 }  // namespace pdserve

@@ -28,6 +28,10 @@ struct RouterOptions {
   // request itself instead of the request failing. Outputs are identical
   // either way (DESIGN.md, determinism).
   bool colocated_fallback = true;
+  // When a pool has no healthy worker at all (its workers restarting), a
+  // request waits up to this long in all for one to pass its health check
+  // (never past its deadline), then fails UNAVAILABLE; 0 = fail at once.
+  absl::Duration worker_wait = absl::Seconds(10);
   // Tries per request before any token reached the client.
   int max_attempts = 3;
   // Times a stream may move to another (P, D) pair after tokens reached the

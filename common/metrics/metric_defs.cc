@@ -47,6 +47,9 @@ constexpr MetricDef kDefs[] = {
      "before any token)."},
     {"pdserve_request_migrations_total", kC, "router", "", "migrations",
      "Requests moved to another decode worker mid-stream."},
+    {"pdserve_request_worker_waits_total", kC, "router", "", "worker waits",
+     "Requests that found no healthy worker in a pool (its workers "
+     "restarting) and waited for one (--worker_wait)."},
     {"pdserve_http_requests_total", kC, "router", "code,endpoint", "requests",
      "HTTP requests answered by the router's OpenAI-compatible API, by "
      "endpoint (/v1/chat/completions, ...; \"other\" for unknown paths) and "

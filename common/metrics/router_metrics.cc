@@ -39,6 +39,9 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
           CounterFamily(registry, "pdserve_request_retries_total").Add({})),
       migrations_(
           CounterFamily(registry, "pdserve_request_migrations_total").Add({})),
+      worker_waits_(
+          CounterFamily(registry, "pdserve_request_worker_waits_total")
+              .Add({})),
       http_requests_(CounterFamily(registry, "pdserve_http_requests_total")),
       admission_queue_length_(
           GaugeFamily(registry, "pdserve_admission_queue_length").Add({})),
@@ -120,6 +123,7 @@ void RouterMetrics::RemoveWorker(absl::string_view pool,
 }
 
 void RouterMetrics::CountRetry() { retries_.Increment(); }
+void RouterMetrics::CountWorkerWait() { worker_waits_.Increment(); }
 void RouterMetrics::CountMigration() { migrations_.Increment(); }
 
 void RouterMetrics::CountHttpRequest(absl::string_view endpoint,

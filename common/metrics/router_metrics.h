@@ -60,6 +60,8 @@ class RouterMetrics {
 
   void CountRetry();
   void CountMigration();
+  // A request found no healthy worker in a pool and waits for one.
+  void CountWorkerWait();
 
   // One answered HTTP request (endpoint: the API path, or "other").
   void CountHttpRequest(absl::string_view endpoint, int http_status);
@@ -84,6 +86,7 @@ class RouterMetrics {
   prometheus::Family<prometheus::Gauge>& worker_healthy_;
   prometheus::Counter& retries_;
   prometheus::Counter& migrations_;
+  prometheus::Counter& worker_waits_;
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Gauge& admission_queue_length_;
   prometheus::Histogram& admission_wait_;

@@ -363,8 +363,9 @@ TEST(ObservabilityTest, LeaseExpiryIsCounted) {
   o.prefill_flags = {"--testonly_stop_kv_push_after_chunks=2"};
   o.decode_flags = {"--kv_lease_seconds=1"};
   // Without the fallback, the retry (the only prefill worker excluded) fails
-  // instead of being prefilled on D.
-  o.router_flags = {"--colocated_fallback=false"};
+  // instead of being prefilled on D, and at once instead of waiting for the
+  // prefill worker's next health check (--worker_wait).
+  o.router_flags = {"--colocated_fallback=false", "--worker_wait=0"};
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   Cluster& c = **cluster;

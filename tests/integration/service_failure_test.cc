@@ -177,7 +177,10 @@ TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
   for (bool fallback : {true, false}) {
     SCOPED_TRACE(fallback ? "fallback on" : "fallback off");
     ClusterOptions o;
-    o.router_flags = {absl::StrCat("--colocated_fallback=", fallback)};
+    // Without the fallback the request waits for a prefill worker for 1 s
+    // (--worker_wait) before it fails.
+    o.router_flags = {absl::StrCat("--colocated_fallback=", fallback),
+                      "--worker_wait=1s"};
     auto cluster = Cluster::Start(o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     Cluster& c = **cluster;
@@ -197,7 +200,51 @@ TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
       EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
       EXPECT_THAT(std::string(r.status().message()),
                   ::testing::HasSubstr("prefill worker"));
+      EXPECT_THAT(std::string(r.status().message()),
+                  ::testing::HasSubstr("waited 1s for one (--worker_wait)"));
     }
+    absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+// With the only decode worker down (and nothing restarting it), a request
+// waits --worker_wait for one, then fails UNAVAILABLE saying so; with 0 it
+// fails at once; its own deadline ends the wait first (DEADLINE_EXCEEDED).
+// (UpTest.RequestsWaitForARestartingDecodeWorker: the worker comes back.)
+TEST(FailureTest, NoDecodeWorkerWaitsThenFails) {
+  for (const std::string wait : {"0s", "1s", "10s"}) {
+    SCOPED_TRACE(wait);
+    ClusterOptions o;
+    o.router_flags = {"--worker_wait=" + wait};
+    o.common_flags = {"--metrics_port=-1"};
+    auto cluster = Cluster::Start(o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    Cluster& c = **cluster;
+    c.decode(0).proc.Signal(SIGKILL);
+    (void)c.decode(0).proc.Wait(absl::Seconds(5));
+    const ReferenceCase ref = LoadReferenceCases()[0];
+    // 10s: the client's 1.5 s deadline comes first.
+    auto r = RunGenerate(
+        c.router(), IdsRequest(ref.prompt_ids, 8),
+        wait == "10s" ? absl::Milliseconds(1500) : absl::Seconds(30));
+    ASSERT_FALSE(r.ok());
+    const std::string message(r.status().message());
+    if (wait == "10s") {
+      EXPECT_TRUE(absl::IsDeadlineExceeded(r.status())) << r.status();
+    } else {
+      EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+      EXPECT_THAT(message, ::testing::HasSubstr("no healthy decode worker"));
+    }
+    if (wait == "1s") {
+      EXPECT_THAT(message,
+                  ::testing::HasSubstr("waited 1s for one (--worker_wait)"));
+    } else {
+      EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("waited")));
+    }
+    metrics::PrometheusSamples m = ScrapeRole(c.router_process());
+    EXPECT_EQ(m.Get("pdserve_request_worker_waits_total").value_or(-1),
+              wait == "0s" ? 0 : 1);
     absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
     EXPECT_TRUE(s.ok()) << s;
   }

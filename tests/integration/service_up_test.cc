@@ -2,7 +2,7 @@
 // cluster started with up serves requests; no child outlives up, whether it
 // is stopped with SIGTERM or killed with SIGKILL; a child killed with
 // SIGKILL is restarted on its port and serves again (--restart=on-failure),
-// or stays down (--restart=never).
+// requests sent meanwhile waiting for it, or stays down (--restart=never).
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -10,6 +10,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -218,6 +219,42 @@ TEST(UpTest, KilledChildrenAreRestartedOnTheirPortsAndServeAgain) {
   up->proc.Signal(SIGKILL);
   (void)up->proc.Wait(absl::Seconds(10));
   EXPECT_TRUE(AllGone(all_pids, absl::Seconds(5)));
+}
+
+// Requests sent while the only decode worker is down (killed, restarting)
+// wait for it (the router's --worker_wait) instead of failing, and complete
+// exactly once it serves again.
+TEST(UpTest, RequestsWaitForARestartingDecodeWorker) {
+  auto up = StartUp({"--prefill=1", "--decode=1"});
+  const std::string router = WaitReady(*up);
+  ASSERT_FALSE(router.empty())
+      << up->out() << ReadFile(up->dir.path() + "/err");
+  const ChildLine decode = ChildLines(up->out())["decode0"];
+  ASSERT_GT(decode.pid, 0) << up->out();
+  auto stub = v1::Generation::NewStub(
+      MakeChannel(router, grpc::InsecureChannelCredentials()));
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  ASSERT_EQ(kill(decode.pid, SIGKILL), 0);
+  while (ProcessAlive(decode.pid)) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_FALSE(
+      absl::StrContains(ReadFile(up->dir.path() + "/err"), "serving again"))
+      << "restarted before the requests were sent";
+  std::vector<absl::StatusOr<GenerateResult>> results(3);
+  std::vector<std::thread> clients;
+  for (auto& r : results) {
+    clients.emplace_back([&] {
+      r = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                      absl::Seconds(60));
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status() << ReadFile(up->dir.path() + "/err");
+    EXPECT_EQ(r->output_ids, ref.output_ids);
+  }
+  EXPECT_GT(WaitForRestart(*up, "decode0", decode.pid).pid, 0);
+  up->proc.Signal(SIGTERM);
+  (void)up->proc.Wait(absl::Seconds(30));
 }
 
 TEST(UpTest, RestartNeverLeavesAFailedWorkerDown) {

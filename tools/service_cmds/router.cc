@@ -35,6 +35,10 @@ ABSL_FLAG(bool, colocated_fallback, true,
           "when no prefill worker is routable (down or unreachable, not "
           "merely busy), let the decode worker prefill the request itself "
           "instead of failing it (same output either way)");
+ABSL_FLAG(absl::Duration, worker_wait, absl::Seconds(10),
+          "router: when a pool has no healthy worker at all (its workers "
+          "restarting), a request waits this long in all for one (never "
+          "past its deadline) before UNAVAILABLE; 0 = fail at once");
 ABSL_FLAG(int32_t, max_migrations, 2,
           "router: times a stream may move to another worker pair after its "
           "decode worker failed mid-stream (0 = never: the client gets "
@@ -125,6 +129,7 @@ int RunRouter(const std::vector<std::string>&) {
   options.auto_prefill_threshold = absl::GetFlag(FLAGS_auto_prefill_threshold);
   options.auto_stall_weight = absl::GetFlag(FLAGS_auto_stall_weight);
   options.colocated_fallback = absl::GetFlag(FLAGS_colocated_fallback);
+  options.worker_wait = absl::GetFlag(FLAGS_worker_wait);
   options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
   options.max_migrations = std::max(0, absl::GetFlag(FLAGS_max_migrations));
   options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
