@@ -210,7 +210,8 @@ TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
 
 // With the only decode worker down (and nothing restarting it), a request
 // waits --worker_wait for one, then fails UNAVAILABLE saying so; with 0 it
-// fails at once; its own deadline ends the wait first (DEADLINE_EXCEEDED).
+// fails at once; its own deadline, or the client going away, ends the wait
+// first (DEADLINE_EXCEEDED, CANCELLED).
 // (UpTest.RequestsWaitForARestartingDecodeWorker: the worker comes back.)
 TEST(FailureTest, NoDecodeWorkerWaitsThenFails) {
   for (const std::string wait : {"0s", "1s", "10s"}) {
@@ -242,9 +243,30 @@ TEST(FailureTest, NoDecodeWorkerWaitsThenFails) {
     } else {
       EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("waited")));
     }
+    if (wait == "10s") {
+      // A client that goes away while its request waits ends it at once.
+      grpc::ClientContext ctx;
+      auto reader = c.router().Generate(&ctx, IdsRequest(ref.prompt_ids, 8));
+      absl::SleepFor(absl::Milliseconds(300));
+      const absl::Time cancelled = absl::Now();
+      ctx.TryCancel();
+      v1::GenerateResponse msg;
+      EXPECT_FALSE(reader->Read(&msg));
+      EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+      EXPECT_LT(absl::Now() - cancelled, absl::Seconds(5));
+    }
+    // Nothing is left running in the router (the cancel reaches it a
+    // moment after the client saw CANCELLED).
     metrics::PrometheusSamples m = ScrapeRole(c.router_process());
+    for (int i = 0;
+         i < 100 && m.Get("pdserve_requests_in_flight").value_or(-1) != 0;
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      m = ScrapeRole(c.router_process());
+    }
+    EXPECT_EQ(m.Get("pdserve_requests_in_flight").value_or(-1), 0);
     EXPECT_EQ(m.Get("pdserve_request_worker_waits_total").value_or(-1),
-              wait == "0s" ? 0 : 1);
+              wait == "0s" ? 0 : (wait == "10s" ? 2 : 1));
     absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
     EXPECT_TRUE(s.ok()) << s;
   }
