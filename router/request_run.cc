@@ -294,7 +294,7 @@ bool RequestRun::WaitForWorker(WorkerPool& pool, Exclusions& excluded,
     worker_wait_until_ = now + o.worker_wait;  // one budget per request
     env_.metrics->CountWorkerWait();
   }
-  if (now >= worker_wait_until_ || PastDeadline()) {
+  if (now >= worker_wait_until_) {
     why = absl::UnavailableError(absl::StrCat(
         why.message(), "; waited ", absl::FormatDuration(o.worker_wait),
         " for one (--worker_wait)"));

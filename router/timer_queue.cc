@@ -47,7 +47,7 @@ void TimerQueue::Loop() {
     }
     if (stop_) return;
     const absl::Time next =
-        pending_.empty() ? now + absl::Seconds(1) : pending_.begin()->first;
+        pending_.empty() ? absl::InfiniteFuture() : pending_.begin()->first;
     wake_ = false;
     mu_.AwaitWithDeadline(absl::Condition(
                               +[](TimerQueue* q) ABSL_EXCLUSIVE_LOCKS_REQUIRED(

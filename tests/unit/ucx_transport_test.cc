@@ -4,12 +4,8 @@
 // chunk identical, checksums verified as for gRPC), region reuse and
 // release, corruption, cancellation and the fallbacks when the decode
 // worker takes no UCX or cannot reach this worker.
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <memory>
@@ -25,10 +21,9 @@
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/unit/transport_test_util.h"
-
-extern char** environ;
 
 namespace pdserve::transport {
 namespace {
@@ -224,53 +219,27 @@ TEST(UcxPeerDeathTest, RendezvousOfAKilledPeerEndsItsReceiveAndDrain) {
   auto d = WorkerWithTls("");
   ASSERT_NE(d, nullptr);
   const uint64_t tag = 0x5100;
-  int out[2];
-  ASSERT_EQ(pipe(out), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, out[0]);
-  const std::string helper = PDSERVE_UCX_PEER_HELPER;
-  const std::string hex = absl::BytesToHexString(d->address());
-  const std::string tag_arg = absl::StrCat(tag);
-  char* argv[] = {const_cast<char*>(helper.c_str()),
-                  const_cast<char*>(hex.c_str()),
-                  const_cast<char*>(tag_arg.c_str()), nullptr};
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, helper.c_str(), &actions, nullptr, argv, environ),
-            0)
-      << helper;
-  posix_spawn_file_actions_destroy(&actions);
-  close(out[1]);
-  // Whatever happens below, the helper goes.
-  struct Reaper {
-    pid_t pid;
-    int fd;
-    ~Reaper() {
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-      close(fd);
-    }
-  } reaper{pid, out[0]};
-  pollfd pfd{out[0], POLLIN, 0};
-  ASSERT_EQ(poll(&pfd, 1, 30000), 1) << "the UCX peer helper did not start";
-  char line[16] = {};
-  ASSERT_GT(read(out[0], line, sizeof(line) - 1), 0);
-  ASSERT_EQ(std::string(line), "sent\n");
+  // Killed and reaped when it goes out of scope, whatever happens below.
+  auto helper = Subprocess::Start({PDSERVE_UCX_PEER_HELPER,
+                                   absl::BytesToHexString(d->address()),
+                                   absl::StrCat(tag)});
+  ASSERT_TRUE(helper.ok()) << helper.status();
 
   auto landing = d->Allocate(4 << 20);
   ASSERT_TRUE(landing.ok()) << landing.status();
-  auto never = [] { return false; };
-  // The eager message came after both announcements.
-  auto small = d->Receive(**landing, 0, 64, tag + 1, never);
-  ASSERT_TRUE(small.ok()) << small.status();
+  // The eager message comes after both announcements (UCX keeps a sender's
+  // order), so once it is here, so are they.
+  const absl::Time start_wait = absl::Now();
+  auto small = d->Receive(**landing, 0, 64, tag + 1, [&] {
+    return helper->Poll().has_value() ||
+           absl::Now() - start_wait > absl::Seconds(30);
+  });
+  ASSERT_TRUE(small.ok()) << "the UCX peer helper sent nothing: "
+                          << small.status();
   EXPECT_EQ(*small, 64);
 
-  ASSERT_EQ(kill(pid, SIGKILL), 0);
-  ASSERT_EQ(waitpid(pid, nullptr, 0), pid);
-  reaper.pid = 0;  // reaped
+  helper->Signal(SIGKILL);
+  ASSERT_TRUE(helper->Wait(absl::Seconds(10)).ok());
   // D's UCX notices the closed connection on its next progress.
   absl::SleepFor(absl::Seconds(1));
 
