@@ -87,9 +87,14 @@ def flatten(prefix, v, acc):
         acc[prefix] = float(v)
 
 def load(label, r):
-    text = open(f"{out}/{label}.{r}.json").read().strip().splitlines()[-1]
+    lines = open(f"{out}/{label}.{r}.json").read().strip().splitlines()
+    try:  # one line (bench-engine), or an indented object (bench-kv-transfer)
+        value = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        first = next(i for i, l in enumerate(lines) if l.startswith("{"))
+        value = json.loads("\n".join(lines[first:]))
     acc = {}
-    flatten("", json.loads(text), acc)
+    flatten("", value, acc)
     return acc
 
 old = [load("old", r) for r in range(1, rounds + 1)]

@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/kv/kv_cache.h"
 #include "common/model/model_source.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_wire.h"
@@ -54,10 +55,13 @@ ABSL_FLAG(int32_t, kv_bench_tokens, 2048,
 ABSL_FLAG(int32_t, kv_bench_repeats, 5,
           "bench-kv-transfer: rounds (every path runs once per round)");
 ABSL_FLAG(std::vector<std::string>, kv_bench_paths,
-          std::vector<std::string>({"memcpy", "tcp", "grpc", "ucx", "ucx-tcp",
-                                    "ucx_perftest", "ucx_perftest-tcp"}),
+          std::vector<std::string>({"memcpy", "tcp", "passes", "grpc", "ucx",
+                                    "ucx-tcp", "ucx_perftest",
+                                    "ucx_perftest-tcp"}),
           "bench-kv-transfer: what to measure (memcpy always runs: the ratios "
-          "need it). ucx_perftest[-tcp] runs tag_bw, ucp_put_bw and ucp_get.");
+          "need it). passes: a push's passes over the bytes alone (KV pool "
+          "export and import, XXH3); ucx_perftest[-tcp] runs tag_bw, "
+          "ucp_put_bw and ucp_get.");
 
 namespace pdserve {
 namespace {
@@ -287,6 +291,86 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
                      }));
   if (wanted("tcp")) {
     paths.emplace_back("tcp", "", timed([&] { return TcpOnce(src, &dst); }));
+  }
+  // The passes over the bytes a push makes besides moving them, each alone
+  // in this process: P exports each layer from its KV pool to the wire
+  // layout (the K tiles transposed back to rows) and seals each chunk
+  // (XXH3); D verifies each chunk (XXH3 again) and imports it into its pool.
+  std::unique_ptr<KvCache> pool;
+  SeqId pool_seq = 0;
+  if (wanted("passes")) {
+    auto made = KvCache::Create(
+        *layout, layout->BytesPerBlock() *
+                     ((tokens + layout->block_size - 1) / layout->block_size));
+    if (!made.ok()) return Fail(made.status().ToString());
+    pool = *std::move(made);
+    pool_seq = pool->CreateSequence();
+    if (absl::Status s = pool->Reserve(pool_seq, tokens); !s.ok()) {
+      return Fail(s.ToString());
+    }
+    if (absl::Status s = pool->SetLength(pool_seq, tokens); !s.ok()) {
+      return Fail(s.ToString());
+    }
+  }
+  const int64_t layer_bytes = bpt * tokens;
+  auto layer_of = [&](const std::string& s, int layer) {
+    return absl::string_view(s.data() + layer * layer_bytes,
+                             static_cast<size_t>(layer_bytes));
+  };
+  if (pool != nullptr) {
+    auto import_all = [&]() -> absl::Status {
+      for (int l = 0; l < layout->num_layers; ++l) {
+        absl::Status s =
+            pool->ImportLayer(pool_seq, l, 0, tokens, layer_of(src, l));
+        if (!s.ok()) return s;
+      }
+      return absl::OkStatus();
+    };
+    if (absl::Status s = import_all(); !s.ok()) return Fail(s.ToString());
+    paths.emplace_back(
+        "kv import (pass)", "", [&, import_all]() -> absl::StatusOr<Sample> {
+          const double c0 = ProcessCpuSeconds();
+          const double t0 = Now();
+          if (absl::Status s = import_all(); !s.ok()) return s;
+          const double dt = Now() - t0;
+          return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
+        });
+    // Into per-layer buffers allocated (and faulted in) before the timing;
+    // the bytes (what the imports left in the pool) are checked after it.
+    std::vector<std::string> exported(
+        layout->num_layers, std::string(static_cast<size_t>(layer_bytes), 0));
+    paths.emplace_back(
+        "kv export (pass)", "",
+        [&, exported]() mutable -> absl::StatusOr<Sample> {
+          const double c0 = ProcessCpuSeconds();
+          const double t0 = Now();
+          for (int l = 0; l < layout->num_layers; ++l) {
+            absl::Status s =
+                pool->ExportLayer(pool_seq, l, 0, tokens, &exported[l]);
+            if (!s.ok()) return s;
+          }
+          const double dt = Now() - t0;
+          const double cpu = ProcessCpuSeconds() - c0;
+          for (int l = 0; l < layout->num_layers; ++l) {
+            if (exported[l] != layer_of(src, l)) {
+              return absl::DataLossError("exported bytes differ");
+            }
+          }
+          return Sample{bytes / dt / 1e9, cpu};
+        });
+    paths.emplace_back("xxh3 (pass)", "", [&]() -> absl::StatusOr<Sample> {
+      const double c0 = ProcessCpuSeconds();
+      const double t0 = Now();
+      uint64_t sum = 0;
+      for (int64_t at = 0; at < bytes; at += chunk_bytes) {
+        sum += transport::KvChecksum(absl::string_view(
+            src.data() + at,
+            static_cast<size_t>(std::min(chunk_bytes, bytes - at))));
+      }
+      const double dt = Now() - t0;
+      if (sum == 0) return absl::InternalError("checksums sum to 0");
+      return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
+    });
   }
   if (wanted("grpc")) {
     paths.emplace_back("grpc", "", pushed([&] {
