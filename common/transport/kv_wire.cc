@@ -1,15 +1,14 @@
 #include "common/transport/kv_wire.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/util/checksum.h"
 
 namespace pdserve::transport {
 
 uint64_t KvChecksum(absl::string_view data) {
-  return XXH3_64bits(data.data(), data.size());
+  return Xxh3(data.data(), data.size());
 }
 
 void SealChunk(pb::KvChunk* chunk) {
