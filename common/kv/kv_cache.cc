@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/kv/kv_tile_copy.h"
 
 namespace pdserve {
 
@@ -279,74 +280,22 @@ const std::vector<int32_t>* KvCache::BlockTable(SeqId seq) const {
   return it == seqs_.end() ? nullptr : &it->second.blocks;
 }
 
-namespace {
-
-// A token's row in the wire layout ([kv_heads][head_dim]) to the pool's
-// tiles and back: V tiles hold it contiguously per head, K tiles transposed
-// (element d of the head at d * block_size).
-struct TileGeometry {
-  int64_t tile_bytes;
-  int kv_heads, head_dim, block_size;
-};
-
-template <typename T>
-void RowToTiles(const TileGeometry& g, const T* row, bool transposed,
-                int offset, char* tiles) {
-  for (int h = 0; h < g.kv_heads; ++h, row += g.head_dim) {
-    T* tile = reinterpret_cast<T*>(tiles + h * g.tile_bytes);
-    if (!transposed) {
-      std::memcpy(tile + int64_t{offset} * g.head_dim, row,
-                  sizeof(T) * g.head_dim);
-      continue;
-    }
-    for (int d = 0; d < g.head_dim; ++d) {
-      tile[int64_t{d} * g.block_size + offset] = row[d];
-    }
-  }
+kv_internal::TileGeometry KvCache::Geometry() const {
+  return kv_internal::TileGeometry{tile_bytes_, layout_.num_kv_heads,
+                                   layout_.head_dim, layout_.block_size,
+                                   static_cast<int>(DTypeSize(layout_.dtype))};
 }
-
-template <typename T>
-void TilesToRow(const TileGeometry& g, const char* tiles, bool transposed,
-                int offset, T* row) {
-  for (int h = 0; h < g.kv_heads; ++h, row += g.head_dim) {
-    const T* tile = reinterpret_cast<const T*>(tiles + h * g.tile_bytes);
-    if (!transposed) {
-      std::memcpy(row, tile + int64_t{offset} * g.head_dim,
-                  sizeof(T) * g.head_dim);
-      continue;
-    }
-    for (int d = 0; d < g.head_dim; ++d) {
-      row[d] = tile[int64_t{d} * g.block_size + offset];
-    }
-  }
-}
-
-}  // namespace
 
 void KvCache::WriteBlockRow(int32_t block, int layer, int kv, int offset,
                             const char* row) {
-  const TileGeometry g{tile_bytes_, layout_.num_kv_heads, layout_.head_dim,
-                       layout_.block_size};
-  char* tiles = Tile(block, layer, kv, 0);
-  if (DTypeSize(layout_.dtype) == 2) {
-    RowToTiles(g, reinterpret_cast<const uint16_t*>(row), kv == 0, offset,
-               tiles);
-  } else {
-    RowToTiles(g, reinterpret_cast<const uint32_t*>(row), kv == 0, offset,
-               tiles);
-  }
+  kv_internal::RowsToTiles(Geometry(), kv == 0, offset, offset + 1, row,
+                           Tile(block, layer, kv, 0));
 }
 
 void KvCache::ReadBlockRow(int32_t block, int layer, int kv, int offset,
                            char* row) const {
-  const TileGeometry g{tile_bytes_, layout_.num_kv_heads, layout_.head_dim,
-                       layout_.block_size};
-  const char* tiles = Tile(block, layer, kv, 0);
-  if (DTypeSize(layout_.dtype) == 2) {
-    TilesToRow(g, tiles, kv == 0, offset, reinterpret_cast<uint16_t*>(row));
-  } else {
-    TilesToRow(g, tiles, kv == 0, offset, reinterpret_cast<uint32_t*>(row));
-  }
+  kv_internal::TilesToRows(Geometry(), kv == 0, Tile(block, layer, kv, 0),
+                           offset, offset + 1, row);
 }
 
 void KvCache::WriteRowAt(const std::vector<int32_t>& table, int layer, int kv,
@@ -379,10 +328,19 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
   const int64_t n = end - begin;
   out->resize(2 * n * row_bytes_);
   char* dst = out->data();
+  const kv_internal::TileGeometry g = Geometry();
+  const std::vector<int32_t>& table = it->second.blocks;
+  const int bs = layout_.block_size;
   for (int kv = 0; kv < 2; ++kv) {
-    for (int pos = begin; pos < end; ++pos) {
-      ReadRowAt(it->second.blocks, layer, kv, pos, dst);
-      dst += row_bytes_;
+    // Block by block: one block's tiles stay in cache while its rows are
+    // written.
+    for (int pos = begin; pos < end;) {
+      const int offset = pos % bs;
+      const int count = std::min(end - pos, bs - offset);
+      kv_internal::TilesToRows(g, kv == 0, Tile(table[pos / bs], layer, kv, 0),
+                               offset, offset + count, dst);
+      dst += count * row_bytes_;
+      pos += count;
     }
   }
   return absl::OkStatus();
@@ -420,10 +378,17 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
                      " bytes, got ", bytes.size()));
   }
   const char* src = bytes.data();
+  const kv_internal::TileGeometry g = Geometry();
+  const std::vector<int32_t>& table = it->second.blocks;
+  const int bs = layout_.block_size;
   for (int kv = 0; kv < 2; ++kv) {
-    for (int pos = begin; pos < end; ++pos) {
-      WriteRowAt(it->second.blocks, layer, kv, pos, src);
-      src += row_bytes_;
+    for (int pos = begin; pos < end;) {
+      const int offset = pos % bs;
+      const int count = std::min(end - pos, bs - offset);
+      kv_internal::RowsToTiles(g, kv == 0, offset, offset + count, src,
+                               Tile(table[pos / bs], layer, kv, 0));
+      src += count * row_bytes_;
+      pos += count;
     }
   }
   return absl::OkStatus();

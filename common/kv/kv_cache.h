@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/kv/kv_tile_copy.h"
 #include "common/kv/prefix_hash.h"
 #include "common/model/dtype.h"
 
@@ -121,6 +122,8 @@ class KvCache {
   char* ValueTile(int32_t block, int layer, int kv_head) const {
     return Tile(block, layer, 1, kv_head);
   }
+  // The tiles' shape (kv_tile_copy.h).
+  kv_internal::TileGeometry Geometry() const;
   // Bytes of one token's K (or V) row in the wire layout:
   // kv_heads * head_dim * sizeof(dtype).
   int64_t row_bytes() const { return row_bytes_; }
