@@ -123,20 +123,30 @@ absl::Status UcxWorker::Init() {
   ucp_config_t* config = nullptr;
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return UcxError("reading UCX configuration", s);
-  // Endpoint and request ids on the wire as indirect keys, not pointers.
-  // When a peer without peer-failure mode (same-host prefill workers, so
-  // that UCX keeps its shared-memory transports) dies, UCX 1.13 destroys
-  // the endpoint it made for that peer while the peer's rendezvous
-  // announcements still wait in the unexpected queue; receiving or draining
-  // one then dereferences the freed endpoint and aborts the process in
-  // ucp_rndv_receive. With indirect ids UCX finds the endpoint gone and
-  // ends the receive (UCS_ERR_CANCELED). An operator's UCX_PROTO_INDIRECT_ID
-  // still wins.
-  if (std::getenv("UCX_PROTO_INDIRECT_ID") == nullptr) {
-    s = ucp_config_modify(config, "PROTO_INDIRECT_ID", "on");
+  // Settings pdserve needs from UCX unless the operator set them (UCX_*
+  // in the environment wins):
+  // - PROTO_INDIRECT_ID: endpoint and request ids on the wire as indirect
+  //   keys, not pointers. When a peer without peer-failure mode (same-host
+  //   prefill workers, so that UCX keeps its shared-memory transports)
+  //   dies, UCX 1.13 destroys the endpoint it made for that peer while the
+  //   peer's rendezvous announcements still wait in the unexpected queue;
+  //   receiving or draining one then dereferences the freed endpoint and
+  //   aborts the process in ucp_rndv_receive. With indirect ids UCX finds
+  //   the endpoint gone and ends the receive (UCS_ERR_CANCELED).
+  // - USE_MT_MUTEX: the worker lock (thread mode MULTI: the progress thread
+  //   and the threads that send and receive) as a mutex, not a spinlock.
+  //   A receive holds it through its CMA copy of a 4 MiB chunk, and the
+  //   progress thread spun on it meanwhile: bench-kv-transfer's UCX push
+  //   1.4x faster at 25% less CPU per GB without the spinning
+  //   (docs/performance.md, "KV transfer").
+  for (auto [name, value] :
+       {std::pair<const char*, const char*>{"PROTO_INDIRECT_ID", "on"},
+        {"USE_MT_MUTEX", "y"}}) {
+    if (std::getenv(absl::StrCat("UCX_", name).c_str()) != nullptr) continue;
+    s = ucp_config_modify(config, name, value);
     if (s != UCS_OK) {
       ucp_config_release(config);
-      return UcxError("setting UCX_PROTO_INDIRECT_ID", s);
+      return UcxError(absl::StrCat("setting UCX_", name), s);
     }
   }
   ucp_params_t params{};
