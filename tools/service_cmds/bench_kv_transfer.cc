@@ -293,9 +293,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     paths.emplace_back("tcp", "", timed([&] { return TcpOnce(src, &dst); }));
   }
   // The passes over the bytes a push makes besides moving them, each alone
-  // in this process: P exports each layer from its KV pool to the wire
-  // layout (the K tiles transposed back to rows) and seals each chunk
-  // (XXH3); D verifies each chunk (XXH3 again) and imports it into its pool.
+  // in this process: P exports each chunk from its KV pool to the wire
+  // layout (the K tiles transposed back to rows) and seals it (XXH3); D
+  // verifies each chunk (XXH3 again) and imports it into its pool.
   std::unique_ptr<KvCache> pool;
   SeqId pool_seq = 0;
   if (wanted("passes")) {
@@ -312,17 +312,20 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       return Fail(s.ToString());
     }
   }
-  const int64_t layer_bytes = bpt * tokens;
-  auto layer_of = [&](const std::string& s, int layer) {
-    return absl::string_view(s.data() + layer * layer_bytes,
-                             static_cast<size_t>(layer_bytes));
+  // Chunk by chunk, as the prefill exports and D imports: chunk [b, e) of
+  // layer l is src's bytes at (l * tokens + b) * bpt, as PushOnce sends it.
+  auto chunk_of = [&](const std::string& s, int layer, int b, int e) {
+    return absl::string_view(s.data() + (int64_t{layer} * tokens + b) * bpt,
+                             static_cast<size_t>((e - b) * bpt));
   };
   if (pool != nullptr) {
     auto import_all = [&]() -> absl::Status {
       for (int l = 0; l < layout->num_layers; ++l) {
-        absl::Status s =
-            pool->ImportLayer(pool_seq, l, 0, tokens, layer_of(src, l));
-        if (!s.ok()) return s;
+        for (auto [b, e] : ranges) {
+          absl::Status s =
+              pool->ImportLayer(pool_seq, l, b, e, chunk_of(src, l, b, e));
+          if (!s.ok()) return s;
+        }
       }
       return absl::OkStatus();
     };
@@ -335,25 +338,33 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
           const double dt = Now() - t0;
           return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
         });
-    // Into per-layer buffers allocated (and faulted in) before the timing;
+    // Into per-chunk buffers allocated (and faulted in) before the timing;
     // the bytes (what the imports left in the pool) are checked after it.
-    std::vector<std::string> exported(
-        layout->num_layers, std::string(static_cast<size_t>(layer_bytes), 0));
+    std::vector<std::string> exported;
+    for (int l = 0; l < layout->num_layers; ++l) {
+      for (auto [b, e] : ranges) exported.emplace_back((e - b) * bpt, '\0');
+    }
     paths.emplace_back(
         "kv export (pass)", "",
         [&, exported]() mutable -> absl::StatusOr<Sample> {
           const double c0 = ProcessCpuSeconds();
           const double t0 = Now();
+          size_t i = 0;
           for (int l = 0; l < layout->num_layers; ++l) {
-            absl::Status s =
-                pool->ExportLayer(pool_seq, l, 0, tokens, &exported[l]);
-            if (!s.ok()) return s;
+            for (auto [b, e] : ranges) {
+              absl::Status s =
+                  pool->ExportLayer(pool_seq, l, b, e, &exported[i++]);
+              if (!s.ok()) return s;
+            }
           }
           const double dt = Now() - t0;
           const double cpu = ProcessCpuSeconds() - c0;
+          i = 0;
           for (int l = 0; l < layout->num_layers; ++l) {
-            if (exported[l] != layer_of(src, l)) {
-              return absl::DataLossError("exported bytes differ");
+            for (auto [b, e] : ranges) {
+              if (exported[i++] != chunk_of(src, l, b, e)) {
+                return absl::DataLossError("exported bytes differ");
+              }
             }
           }
           return Sample{bytes / dt / 1e9, cpu};
