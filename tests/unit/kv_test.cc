@@ -178,8 +178,23 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
         const int es = static_cast<int>(DTypeSize(dtype));
         const int64_t row = kv->row_bytes();
         const std::vector<int32_t>& table = *kv->BlockTable(s);
-        for (auto [begin, end] : std::vector<std::pair<int, int>>{
-                 {0, capacity}, {3, 37}, {16, 48}, {31, 33}, {69, 70}}) {
+        // What every position of each layer should hold: [layer][kv][pos],
+        // one wire row each (imports of partial blocks must leave the
+        // block's other positions alone).
+        std::vector<std::string> expect[2][2];
+        for (auto& layer_rows : expect) {
+          for (auto& rows : layer_rows) {
+            rows.assign(capacity, std::string(row, '\0'));
+          }
+        }
+        for (auto [begin, end] : std::vector<std::pair<int, int>>{{0, capacity},
+                                                                  {0, capacity},
+                                                                  {3, 37},
+                                                                  {16, 48},
+                                                                  {31, 33},
+                                                                  {69, 70},
+                                                                  {5, 14},
+                                                                  {33, 35}}) {
           const int layer = static_cast<int>(rng() % 2);
           const int64_t n = end - begin;
           std::string wire(2 * n * row, '\0');
@@ -187,6 +202,12 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
           ASSERT_TRUE(kv->ImportLayer(s, layer, begin, end, wire).ok());
           for (int which = 0; which < 2; ++which) {
             for (int pos = begin; pos < end; ++pos) {
+              expect[layer][which][pos] =
+                  wire.substr(which * n * row + (pos - begin) * row, row);
+            }
+          }
+          for (int which = 0; which < 2; ++which) {
+            for (int pos = 0; pos < capacity; ++pos) {
               const int32_t block = table[pos / block_size];
               const int off = pos % block_size;
               for (int h = 0; h < l.num_kv_heads; ++h) {
@@ -195,12 +216,11 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
                 for (int d = 0; d < head_dim; ++d) {
                   const int64_t at = which == 0 ? int64_t{d} * block_size + off
                                                 : int64_t{off} * head_dim + d;
-                  const char* want = wire.data() + which * n * row +
-                                     (pos - begin) * row +
+                  const char* want = expect[layer][which][pos].data() +
                                      (int64_t{h} * head_dim + d) * es;
                   ASSERT_EQ(std::memcmp(tile + at * es, want, es), 0)
-                      << "kv " << which << " pos " << pos << " head " << h
-                      << " dim " << d;
+                      << "after [" << begin << ", " << end << "): kv " << which
+                      << " pos " << pos << " head " << h << " dim " << d;
                 }
               }
             }
