@@ -7,15 +7,22 @@
 # every worker with --threads=$THREADS on the same machine, and sends
 # NUM_PROMPTS distinct random prompts of that length (`bench --dataset=fixed`,
 # concurrency 1, prefix cache off so each prompt is computed in full), ROUNDS
-# times, the two modes' clusters up together and taking turns. With the
+# times, the modes taking turns (clusters started afresh every round). With the
 # KV leaving layer by layer while later layers compute, only the last layer's
 # transfer and D's admission are added to TTFT: the ratio disaggregated /
 # colocated is what this prints (the median of the per-round ratios). Both
 # modes run in the same invocation, alternating, so machine noise hits both.
 #
+# With B_ARGS set, a third cluster, disaggregated with these extra flags
+# (e.g. B_ARGS=--kv_push_nice=0), takes its turn in every round too,
+# and its ratio to colocated is printed beside the first's, with the
+# per-round ratios B / as given: an in-run A/B
+# of a disaggregated setting.
+#
 # usage: tools/bench/ttft_modes.sh           (from the repository root)
 # Settings (environment variables, defaults below): PDSERVE MODEL DTYPE
-#   LENGTHS NUM_PROMPTS ROUNDS THREADS KV_CACHE UP_ARGS RESULTS_DIR
+#   LENGTHS NUM_PROMPTS ROUNDS THREADS KV_CACHE UP_ARGS B_ARGS RESTART
+#   RESULTS_DIR
 # Everything it starts is stopped by PID on exit.
 set -euo pipefail
 
@@ -28,6 +35,10 @@ ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 KV_CACHE=${KV_CACHE:-1GiB}
 UP_ARGS=${UP_ARGS:-}
+B_ARGS=${B_ARGS:-}
+RESTART=${RESTART:-1}  # start the clusters afresh every round
+MODES=(colocated disaggregated)
+[[ -z $B_ARGS ]] || MODES+=(disaggregated_b)
 RESULTS_DIR=${RESULTS_DIR:-$(mktemp -d /tmp/pdserve-ttft-XXXXXX)}
 
 [[ -x $PDSERVE ]] || { echo "$PDSERVE not built" >&2; exit 2; }
@@ -48,12 +59,16 @@ start_cluster() {
   local mode=$1 port workers log
   port=$(free_port)
   log=$RESULTS_DIR/up-$mode
-  if [[ $mode == disaggregated ]]; then workers=(--prefill=1 --decode=1);
-  else workers=(--prefill=0 --decode=1); fi
-  # shellcheck disable=SC2086  # UP_ARGS is a list of flags
-  up_start "$log" --model="$MODEL" --dtype="$DTYPE" --port="$port" --mode="$mode" \
-    --threads="$THREADS" --kv_cache_memory="$KV_CACHE" --prefix_caching=false \
-    "${workers[@]}" $UP_ARGS
+  local extra=""
+  case $mode in
+    disaggregated) workers=(--prefill=1 --decode=1) ;;
+    disaggregated_b) workers=(--prefill=1 --decode=1); extra=$B_ARGS ;;
+    *) workers=(--prefill=0 --decode=1) ;;
+  esac
+  # shellcheck disable=SC2086  # UP_ARGS and B_ARGS are lists of flags
+  up_start "$log" --model="$MODEL" --dtype="$DTYPE" --port="$port" \
+    --mode="${mode%_b}" --threads="$THREADS" --kv_cache_memory="$KV_CACHE" \
+    --prefix_caching=false "${workers[@]}" $UP_ARGS $extra
   TARGET=127.0.0.1:$port
 }
 
@@ -73,25 +88,36 @@ median() {
   python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[2:])):.{sys.argv[1]}f}')" "$@"
 }
 
-declare -A TTFT TAIL RATIO
+declare -A TTFT TAIL RATIO AB
 for len in $LENGTHS; do
-  # Both clusters stay up; the modes then take turns, ROUNDS times, so that
-  # the load of this shared machine drifts over both alike. The ratio is the
-  # median of the per-round ratios.
+  # The modes take turns, ROUNDS times, so that the load of this shared
+  # machine drifts over all alike, and every round starts its clusters
+  # afresh (RESTART=1): on this VM one cluster instance can run 10-15%
+  # faster than an identical one for its whole life (where its memory
+  # landed), which per-round restarts average out instead of locking in.
+  # The ratio is the median of the per-round ratios.
   declare -A TARGETS=()
-  for mode in colocated disaggregated; do
-    start_cluster "$mode"
-    PIDS+=("$UP_PID")
-    TARGETS[$mode]=$TARGET
-    # Warm-up (first touch of weights and KV pages), not measured.
-    "$PDSERVE" bench --target="$TARGET" --dataset=fixed --input_len="$len" \
-      --output_len=2 --request_rate=inf --max_concurrency=1 --progress=false \
-      --num_prompts=1 --seed=999 >/dev/null
-  done
+  start_all() {
+    for mode in "$@"; do
+      start_cluster "$mode"
+      PIDS+=("$UP_PID")
+      TARGETS[$mode]=$TARGET
+      # Warm-up (first touch of weights and KV pages), not measured.
+      "$PDSERVE" bench --target="$TARGET" --dataset=fixed --input_len="$len" \
+        --output_len=2 --request_rate=inf --max_concurrency=1 --progress=false \
+        --num_prompts=1 --seed=999 >/dev/null
+    done
+  }
+  ((RESTART)) || start_all "${MODES[@]}"
   declare -A ROUND_TTFT=() ROUND_TAIL=()
-  ratios=()
+  declare -A RATIOS=()
+  AB_RATIOS=()
   for round in $(seq "$ROUNDS"); do
-    for mode in colocated disaggregated; do
+    order=("${MODES[@]}")
+    # The two disaggregated clusters swap places every other round.
+    ((round % 2 == 1 || ${#MODES[@]} < 3)) || order=(colocated disaggregated_b disaggregated)
+    ((!RESTART)) || start_all "${order[@]}"
+    for mode in "${order[@]}"; do
       out=$RESULTS_DIR/$mode-$len-r$round
       "$PDSERVE" bench --target="${TARGETS[$mode]}" --dataset=fixed \
         --input_len="$len" --output_len=2 --request_rate=inf --max_concurrency=1 \
@@ -107,23 +133,44 @@ for len in $LENGTHS; do
       echo "== $len-token prompts, round $round, $mode: TTFT median ${ttft} ms" >&2
     done
     colocated=$(echo "${ROUND_TTFT[colocated]}" | awk '{print $NF}')
-    ratios+=("$(python3 -c "print($ttft / $colocated)")")
+    for mode in "${MODES[@]:1}"; do
+      ttft=$(echo "${ROUND_TTFT[$mode]}" | awk '{print $NF}')
+      RATIOS[$mode]+="$(python3 -c "print($ttft / $colocated)") "
+    done
+    if [[ -n $B_ARGS ]]; then
+      a=$(echo "${ROUND_TTFT[disaggregated]}" | awk '{print $NF}')
+      b=$(echo "${ROUND_TTFT[disaggregated_b]}" | awk '{print $NF}')
+      AB_RATIOS+=("$(python3 -c "print($b / $a)")")
+    fi
+    ((!RESTART)) || stop_all
   done
-  # shellcheck disable=SC2086  # word lists
-  TTFT[colocated-$len]=$(median 1 ${ROUND_TTFT[colocated]})
-  # shellcheck disable=SC2086
-  TTFT[disaggregated-$len]=$(median 1 ${ROUND_TTFT[disaggregated]})
-  # shellcheck disable=SC2086
-  TAIL[disaggregated-$len]=$(median 1 ${ROUND_TAIL[disaggregated]})
-  RATIO[$len]=$(median 3 "${ratios[@]}")
+  for mode in "${MODES[@]}"; do
+    # shellcheck disable=SC2086  # word lists
+    TTFT[$mode-$len]=$(median 1 ${ROUND_TTFT[$mode]})
+    # shellcheck disable=SC2086
+    TAIL[$mode-$len]=$(median 1 ${ROUND_TAIL[$mode]})
+    # shellcheck disable=SC2086
+    [[ $mode == colocated ]] || RATIO[$mode-$len]=$(median 3 ${RATIOS[$mode]})
+  done
+  [[ -z $B_ARGS ]] || AB[$len]="$(median 3 "${AB_RATIOS[@]}") (rounds: $(printf '%.3f ' "${AB_RATIOS[@]}"))"
   stop_all
 done
 
 echo
 echo "TTFT, one request at a time ($MODEL $DTYPE, --threads=$THREADS per worker, $ROUNDS rounds of $NUM_PROMPTS prompts per mode, modes alternating; medians)"
-printf '%-8s %16s %16s %8s %22s\n' tokens "colocated (ms)" "disagg. (ms)" ratio "KV transfer tail (ms)"
+printf '%-8s %-16s %16s %16s %8s %22s\n' tokens disaggregated "colocated (ms)" "disagg. (ms)" ratio "KV transfer tail (ms)"
 for len in $LENGTHS; do
-  printf '%-8s %16s %16s %8s %22s\n' "$len" "${TTFT[colocated-$len]}" \
-    "${TTFT[disaggregated-$len]}" "${RATIO[$len]}" "${TAIL[disaggregated-$len]}"
+  for mode in "${MODES[@]:1}"; do
+    label="as given"
+    [[ $mode == disaggregated ]] || label=$B_ARGS
+    printf '%-8s %-16s %16s %16s %8s %22s\n' "$len" "$label" \
+      "${TTFT[colocated-$len]}" "${TTFT[$mode-$len]}" "${RATIO[$mode-$len]}" \
+      "${TAIL[$mode-$len]}"
+  done
 done
+if [[ -n $B_ARGS ]]; then
+  for len in $LENGTHS; do
+    echo "$len tokens: TTFT with $B_ARGS / as given, median of per-round ratios: ${AB[$len]}"
+  done
+fi
 echo "(results in $RESULTS_DIR)"
