@@ -113,9 +113,13 @@ for len in $LENGTHS; do
   declare -A RATIOS=()
   AB_RATIOS=()
   for round in $(seq "$ROUNDS"); do
+    # Every other round the modes go (and start) in reverse order, so that
+    # no mode is always the first measured after the clusters warm up.
     order=("${MODES[@]}")
-    # The two disaggregated clusters swap places every other round.
-    ((round % 2 == 1 || ${#MODES[@]} < 3)) || order=(colocated disaggregated_b disaggregated)
+    if ((round % 2 == 0)); then
+      order=()
+      for ((i = ${#MODES[@]} - 1; i >= 0; i--)); do order+=("${MODES[$i]}"); done
+    fi
     ((!RESTART)) || start_all "${order[@]}"
     for mode in "${order[@]}"; do
       out=$RESULTS_DIR/$mode-$len-r$round
