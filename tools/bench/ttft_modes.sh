@@ -14,10 +14,9 @@
 # modes run in the same invocation, alternating, so machine noise hits both.
 #
 # With B_ARGS set, a third cluster, disaggregated with these extra flags
-# (e.g. B_ARGS=--kv_push_nice=0), takes its turn in every round too,
-# and its ratio to colocated is printed beside the first's, with the
-# per-round ratios B / as given: an in-run A/B
-# of a disaggregated setting.
+# (e.g. B_ARGS=--kv_transport=grpc), takes its turn in every round too; its
+# ratio to colocated is printed beside the first's, with the per-round
+# ratios B / as given: an in-run A/B of a disaggregated setting.
 #
 # usage: tools/bench/ttft_modes.sh           (from the repository root)
 # Settings (environment variables, defaults below): PDSERVE MODEL DTYPE
