@@ -87,6 +87,22 @@ median() {
   python3 -c "import statistics, sys; print(f'{statistics.median(map(float, sys.argv[2:])):.{sys.argv[1]}f}')" "$@"
 }
 
+# start_all LEN MODE... -> starts and warms up a cluster per mode (TARGETS).
+declare -A TARGETS=()
+start_all() {
+  local len=$1 mode
+  shift
+  for mode in "$@"; do
+    start_cluster "$mode"
+    PIDS+=("$UP_PID")
+    TARGETS[$mode]=$TARGET
+    # Warm-up (first touch of weights and KV pages), not measured.
+    "$PDSERVE" bench --target="$TARGET" --dataset=fixed --input_len="$len" \
+      --output_len=2 --request_rate=inf --max_concurrency=1 --progress=false \
+      --num_prompts=1 --seed=999 >/dev/null
+  done
+}
+
 declare -A TTFT TAIL RATIO AB
 for len in $LENGTHS; do
   # The modes take turns, ROUNDS times, so that the load of this shared
@@ -95,19 +111,7 @@ for len in $LENGTHS; do
   # faster than an identical one for its whole life (where its memory
   # landed), which per-round restarts average out instead of locking in.
   # The ratio is the median of the per-round ratios.
-  declare -A TARGETS=()
-  start_all() {
-    for mode in "$@"; do
-      start_cluster "$mode"
-      PIDS+=("$UP_PID")
-      TARGETS[$mode]=$TARGET
-      # Warm-up (first touch of weights and KV pages), not measured.
-      "$PDSERVE" bench --target="$TARGET" --dataset=fixed --input_len="$len" \
-        --output_len=2 --request_rate=inf --max_concurrency=1 --progress=false \
-        --num_prompts=1 --seed=999 >/dev/null
-    done
-  }
-  ((RESTART)) || start_all "${MODES[@]}"
+  ((RESTART)) || start_all "$len" "${MODES[@]}"
   declare -A ROUND_TTFT=() ROUND_TAIL=()
   declare -A RATIOS=()
   AB_RATIOS=()
@@ -119,7 +123,8 @@ for len in $LENGTHS; do
       order=()
       for ((i = ${#MODES[@]} - 1; i >= 0; i--)); do order+=("${MODES[$i]}"); done
     fi
-    ((!RESTART)) || start_all "${order[@]}"
+    ((!RESTART)) || start_all "$len" "${order[@]}"
+    declare -A NOW=()  # this round's TTFT per mode
     for mode in "${order[@]}"; do
       out=$RESULTS_DIR/$mode-$len-r$round
       "$PDSERVE" bench --target="${TARGETS[$mode]}" --dataset=fixed \
@@ -131,20 +136,15 @@ for len in $LENGTHS; do
       # prefill misses the router's health polls); the median is then of
       # the others, and the failure is reported.
       [[ $failed == 0 ]] || echo "warning: $failed requests failed ($mode, $len tokens, round $round): see $out.txt" >&2
+      NOW[$mode]=$ttft
       ROUND_TTFT[$mode]+="$ttft "
       ROUND_TAIL[$mode]+="$tail "
       echo "== $len-token prompts, round $round, $mode: TTFT median ${ttft} ms" >&2
     done
-    colocated=$(echo "${ROUND_TTFT[colocated]}" | awk '{print $NF}')
     for mode in "${MODES[@]:1}"; do
-      ttft=$(echo "${ROUND_TTFT[$mode]}" | awk '{print $NF}')
-      RATIOS[$mode]+="$(python3 -c "print($ttft / $colocated)") "
+      RATIOS[$mode]+="$(python3 -c "print(${NOW[$mode]} / ${NOW[colocated]})") "
     done
-    if [[ -n $B_ARGS ]]; then
-      a=$(echo "${ROUND_TTFT[disaggregated]}" | awk '{print $NF}')
-      b=$(echo "${ROUND_TTFT[disaggregated_b]}" | awk '{print $NF}')
-      AB_RATIOS+=("$(python3 -c "print($b / $a)")")
-    fi
+    [[ -z $B_ARGS ]] || AB_RATIOS+=("$(python3 -c "print(${NOW[disaggregated_b]} / ${NOW[disaggregated]})")")
     ((!RESTART)) || stop_all
   done
   for mode in "${MODES[@]}"; do
