@@ -56,8 +56,12 @@ class UcxKvPushStream : public KvPushStream {
         call_(sender->grpc()->ChannelFor(target_), deadline) {}
 
   ~UcxKvPushStream() override {
-    // A push that did not commit and was not cancelled here: D may be gone.
-    if (!committed_ && !Cancelled()) connection_->CloseWhenUnused();
+    // A push that did not commit: D may be gone. That holds for a cancelled
+    // push too, since the router cancels P's push when D's leg broke, and
+    // that cancel can arrive before P's own stream breaks. The next push to
+    // a live D connects afresh (one wire-up); a dead D's endpoint does not
+    // linger until the idle reaper.
+    if (!committed_) connection_->CloseWhenUnused();
     if (!SendsDone(kSendGrace)) {
       PDSERVE_LOG_WARNING(
           "KV push %s: %d UCX sends to %s still pending after %s; closing "

@@ -255,7 +255,8 @@ TEST_P(UcxServiceTest, DecodeKilledMidTransferLeavesNothingOnPrefill) {
                s.kv_ucx_operations() == 0;
       },
       &last);
-  EXPECT_TRUE(released) << "prefill worker keeps UCX memory: " << last;
+  EXPECT_TRUE(released) << "prefill worker keeps UCX memory: " << last << "\n"
+                        << c->Logs();
   client.join();
 }
 

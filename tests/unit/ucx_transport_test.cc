@@ -402,6 +402,16 @@ TEST_P(UcxPushTest, CancelMidPushAbortsTheSinkAndReleasesEverything) {
   stream->reset();
   EXPECT_EQ(sender->regions_in_use(), 0);
   EXPECT_EQ(p_worker_->counters().ops_in_flight.load(), 0);
+  // A push that did not commit cannot tell a client's cancel from one sent
+  // because D died: its endpoint is closed, and the next push to the live D
+  // connects afresh.
+  EXPECT_EQ(p_worker_->counters().endpoints.load(), 0);
+  std::vector<pb::KvChunk> sent;
+  auto again = PushAll(*sender, "ucx-after-cancel", 6, &sent);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->transport, "ucx");
+  ExpectSame("ucx-after-cancel", sent);
+  EXPECT_EQ(p_worker_->counters().endpoints.load(), 1);
 }
 
 // D takes no UCX pushes: auto mode pushes over the fallback, ucx mode fails.
