@@ -59,8 +59,7 @@ KvCache::KvCache(const KvLayout& layout, int64_t num_blocks, char* base,
       row_bytes_(int64_t{layout.num_kv_heads} * layout.head_dim *
                  DTypeSize(layout.dtype)),
       tile_bytes_(int64_t{layout.block_size} * layout.head_dim *
-                  DTypeSize(layout.dtype)),
-      block_kv_bytes_(layout.num_kv_heads * tile_bytes_) {
+                  DTypeSize(layout.dtype)) {
   info_.resize(num_blocks);
   free_list_.reserve(num_blocks);
   // Pop from the back: lowest block ids are handed out first.
@@ -281,9 +280,10 @@ const std::vector<int32_t>* KvCache::BlockTable(SeqId seq) const {
 }
 
 kv_internal::TileGeometry KvCache::Geometry() const {
-  return kv_internal::TileGeometry{tile_bytes_, layout_.num_kv_heads,
-                                   layout_.head_dim, layout_.block_size,
-                                   static_cast<int>(DTypeSize(layout_.dtype))};
+  return kv_internal::TileGeometry{
+      tile_bytes_,          num_blocks_ * 2 * tile_bytes_,
+      layout_.num_kv_heads, layout_.head_dim,
+      layout_.block_size,   static_cast<int>(DTypeSize(layout_.dtype))};
 }
 
 void KvCache::WriteBlockRow(int32_t block, int layer, int kv, int offset,
@@ -302,6 +302,20 @@ void KvCache::WriteRowAt(const std::vector<int32_t>& table, int layer, int kv,
                          int pos, const char* row) {
   WriteBlockRow(table[pos / layout_.block_size], layer, kv,
                 pos % layout_.block_size, row);
+}
+
+void KvCache::WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
+                          int pos, int n, const char* rows) {
+  const kv_internal::TileGeometry g = Geometry();
+  const int bs = layout_.block_size;
+  for (const int end = pos + n; pos < end;) {
+    const int offset = pos % bs;
+    const int count = std::min(end - pos, bs - offset);
+    kv_internal::RowsToTiles(g, kv == 0, offset, offset + count, rows,
+                             Tile(table[pos / bs], layer, kv, 0));
+    rows += count * row_bytes_;
+    pos += count;
+  }
 }
 
 void KvCache::ReadRowAt(const std::vector<int32_t>& table, int layer, int kv,

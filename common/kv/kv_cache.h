@@ -112,10 +112,11 @@ class KvCache {
 
   // In-pool layout, private to the pool and the CPU attention kernels (the
   // wire layout is token-major, see ExportLayer): memory is
-  // [block][layer][K|V][kv_head][tile], the K tile TRANSPOSED
+  // [layer][kv_head][block][K|V][tile], the K tile TRANSPOSED
   // ([head_dim][block_size]: one dimension of 16 consecutive positions is
   // one vector) and the V tile [block_size][head_dim], so that one head's K
-  // and V of one block are two contiguous runs the kernels stream.
+  // and V of one block are adjacent and the blocks of a sequence with
+  // consecutive ids form one stream per layer and head.
   char* KeyTile(int32_t block, int layer, int kv_head) const {
     return Tile(block, layer, 0, kv_head);
   }
@@ -136,6 +137,11 @@ class KvCache {
   // The same by position (< capacity) through a block table or a sequence.
   void WriteRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
                   const char* row);
+  // Rows of positions [pos, pos + n) (< capacity; consecutive rows,
+  // row_bytes() apart), block by block: whole blocks take the fast
+  // transposes of kv_tile_copy.h.
+  void WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
+                   int pos, int n, const char* rows);
   void ReadRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
                  char* row) const;
   void WriteRow(SeqId seq, int layer, int kv, int pos, const char* row) {
@@ -182,9 +188,11 @@ class KvCache {
   void RegisterFullBlocks(Sequence& s);
   char* Tile(int32_t block, int layer, int kv, int kv_head) const {
     return base_ +
-           ((int64_t{block} * layout_.num_layers + layer) * 2 + kv) *
-               block_kv_bytes_ +
-           kv_head * tile_bytes_;
+           (((int64_t{layer} * layout_.num_kv_heads + kv_head) * num_blocks_ +
+             block) *
+                2 +
+            kv) *
+               tile_bytes_;
   }
 
   KvLayout layout_;
@@ -193,7 +201,6 @@ class KvCache {
   int64_t mapped_bytes_;
   int64_t row_bytes_;               // kv_heads * head_dim * dtype size
   int64_t tile_bytes_;              // block_size * head_dim * dtype size
-  int64_t block_kv_bytes_;          // kv_heads * tile_bytes_
   std::vector<int32_t> free_list_;  // blank blocks
   std::vector<BlockInfo> info_;
   std::list<int32_t> lru_;  // cached, unreferenced: front = evicted first

@@ -21,7 +21,7 @@ void RowsToTilesScalar(const TileGeometry& g, bool transposed, int o0, int o1,
   const int64_t stride = g.row_bytes() / sizeof(T);
   const T* src = reinterpret_cast<const T*>(rows);
   for (int h = 0; h < g.kv_heads; ++h) {
-    T* tile = reinterpret_cast<T*>(tiles + h * g.tile_bytes);
+    T* tile = reinterpret_cast<T*>(tiles + h * g.head_stride);
     for (int o = o0; o < o1; ++o) {
       const T* row = src + (o - o0) * stride + int64_t{h} * g.head_dim;
       if (!transposed) {
@@ -42,7 +42,7 @@ void TilesToRowsScalar(const TileGeometry& g, bool transposed,
   const int64_t stride = g.row_bytes() / sizeof(T);
   T* dst = reinterpret_cast<T*>(rows);
   for (int h = 0; h < g.kv_heads; ++h) {
-    const T* tile = reinterpret_cast<const T*>(tiles + h * g.tile_bytes);
+    const T* tile = reinterpret_cast<const T*>(tiles + h * g.head_stride);
     for (int o = o0; o < o1; ++o) {
       T* row = dst + (o - o0) * stride + int64_t{h} * g.head_dim;
       if (!transposed) {
@@ -117,7 +117,7 @@ PDSERVE_TILE_AVX512 void BlockK16(const TileGeometry& g, const char* in,
     return (int64_t{h} * g.head_dim + d0) * kBytes + i * row_bytes;
   };
   auto tile_at = [&](int h, int i, int d0) {
-    return h * g.tile_bytes + int64_t{d0 + i} * 16 * kBytes;
+    return h * g.head_stride + int64_t{d0 + i} * 16 * kBytes;
   };
   for (int h = 0; h < g.kv_heads; ++h) {
     for (int d0 = 0; d0 < g.head_dim; d0 += 16) {

@@ -14,7 +14,8 @@
 namespace pdserve::kv_internal {
 
 struct TileGeometry {
-  int64_t tile_bytes;  // one head's tile
+  int64_t tile_bytes;   // one head's tile
+  int64_t head_stride;  // from one kv head's tile to the next one's
   int kv_heads, head_dim, block_size;
   int elem_bytes;  // 2 (bf16) or 4 (f32)
   int64_t row_bytes() const {
@@ -24,7 +25,7 @@ struct TileGeometry {
 
 // Rows of block offsets [o0, o1) (consecutive, row_bytes() apart, the first
 // at `rows`) into one block's tiles of one layer (K: transposed) and back.
-// `tiles` is the kv head 0 tile; the others follow tile_bytes apart.
+// `tiles` is the kv head 0 tile; the others follow head_stride apart.
 void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
                  const char* rows, char* tiles);
 void TilesToRows(const TileGeometry& g, bool transposed, const char* tiles,

@@ -116,7 +116,15 @@ class CpuRunner : public ModelRunner {
   int64_t weight_bytes_ = 0;
   // Workspaces.
   std::vector<float> x_, xn_, qkv_, attn_, gu_, act_, cos_, sin_;
-  std::vector<char> kv_rows_;  // a K and a V row in the KV dtype per row
+  // The new tokens' K rows, then their V rows, in the KV dtype.
+  std::vector<char> kv_rows_;
+  // Runs of rows with consecutive positions of one sequence: stored into the
+  // pool together (a whole block at once where the run covers one).
+  struct StoreRun {
+    int64_t first_row;
+    int count;
+  };
+  std::vector<StoreRun> store_runs_;
   std::vector<Row> rows_;
   std::unique_ptr<AttentionPass> attention_;
 };
@@ -397,6 +405,22 @@ absl::Status CpuRunner::Forward(
                      options_.max_batch_tokens));
   }
   attention_->Plan(pool_->num_threads());
+  // One run per (sequence, block) the new tokens fall in, so the threads
+  // split the stores by block.
+  store_runs_.clear();
+  const int block_size = kv->layout().block_size;
+  for (int64_t r = 0; r < T; ++r) {
+    if (!store_runs_.empty()) {
+      StoreRun& run = store_runs_.back();
+      const Row& prev = rows_[r - 1];
+      if (rows_[r].table == prev.table && rows_[r].pos == prev.pos + 1 &&
+          rows_[r].pos % block_size != 0) {
+        ++run.count;
+        continue;
+      }
+    }
+    store_runs_.push_back({r, 1});
+  }
   float* x = x_.data();
   float* xn = xn_.data();
   float* qkv = qkv_.data();
@@ -421,9 +445,17 @@ absl::Status CpuRunner::Forward(
       ApplyRope(row, c.num_heads, D, cs, sn);
       ApplyRope(row + Q, c.num_kv_heads, D, cs, sn);
       for (int which = 0; which < 2; ++which) {
-        char* stored = kv_rows_.data() + (2 * r + which) * kv->row_bytes();
+        char* stored = kv_rows_.data() + (which * T + r) * kv->row_bytes();
         StoreRow(row + Q + which * KVD, KVD, kv_dtype, stored);
-        kv->WriteRowAt(*rows_[r].table, l, which, rows_[r].pos, stored);
+      }
+    });
+    ParallelRows(static_cast<int64_t>(store_runs_.size()), [&](int64_t i) {
+      const StoreRun& run = store_runs_[i];
+      const Row& first = rows_[run.first_row];
+      for (int which = 0; which < 2; ++which) {
+        kv->WriteRowsAt(
+            *first.table, l, which, first.pos, run.count,
+            kv_rows_.data() + (which * T + run.first_row) * kv->row_bytes());
       }
     });
     if (on_layer_done) on_layer_done(l);
