@@ -92,8 +92,9 @@ int PrefetchRanges(const Segment* seg, int nseg, int head_dim, int block_size,
 // 64 KiB f32 per head, measured faster than into L2), dripped a few cache
 // lines at a time through the current partition's work: issued as one burst
 // before the work, the prefetches overflow the miss buffers (attention_bench
-// measured 1.6-1.8x slower than dripped); each block is a new 2-4 KiB stream
-// that the hardware prefetchers find late.
+// measured 1.6-1.8x slower than dripped); a block whose id does not follow
+// the previous one's starts a new 4-8 KiB stream (its K and V tiles) that
+// the hardware prefetchers find late.
 class PrefetchDrip {
  public:
   void Reset(const PrefetchRange* ranges, int n, int64_t steps) {
