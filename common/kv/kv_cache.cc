@@ -391,19 +391,9 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
         absl::StrCat("KV import of ", n, " tokens expects ", 2 * n * row_bytes_,
                      " bytes, got ", bytes.size()));
   }
-  const char* src = bytes.data();
-  const kv_internal::TileGeometry g = Geometry();
-  const std::vector<int32_t>& table = it->second.blocks;
-  const int bs = layout_.block_size;
   for (int kv = 0; kv < 2; ++kv) {
-    for (int pos = begin; pos < end;) {
-      const int offset = pos % bs;
-      const int count = std::min(end - pos, bs - offset);
-      kv_internal::RowsToTiles(g, kv == 0, offset, offset + count, src,
-                               Tile(table[pos / bs], layer, kv, 0));
-      src += count * row_bytes_;
-      pos += count;
-    }
+    WriteRowsAt(it->second.blocks, layer, kv, begin, static_cast<int>(n),
+                bytes.data() + kv * n * row_bytes_);
   }
   return absl::OkStatus();
 }
