@@ -218,6 +218,21 @@ TEST_F(QuantCheckpointTest, Awq4BitGemm) {
   CheckLogits(dir);
 }
 
+// The other combinations of the formats' options: 8-bit in groups, 4-bit
+// per channel, 8-bit with act-order, asymmetric v1 zeros (stored minus one),
+// and groups larger than a layer's inputs (one group, as group_size=128 on
+// these 64- and 96-wide layers) or than the default.
+TEST_F(QuantCheckpointTest, OtherBitsGroupsAndZeroFormats) {
+  for (const char* kind :
+       {"gptq8", "gptq4-pc", "gptq8-actorder", "gptq4-asym", "gptq4-g128",
+        "gptq8-actorder-g64", "awq4-g64", "awq4-g128"}) {
+    SCOPED_TRACE(kind);
+    const std::string dir = Write(kind);
+    CheckUnpacked(dir);
+    CheckLogits(dir);
+  }
+}
+
 // (d): refused at load, the message naming the tensor (or the config key).
 TEST_F(QuantCheckpointTest, BadCheckpointsAreRefusedNamingTheTensor) {
   const std::pair<const char*, const char*> cases[] = {

@@ -21,7 +21,9 @@ Also writes expected.safetensors: per layer the codes [out, in], scales
 the dequantized weights W = scale * (code - zero).
 
 usage: quant_checkpoint_writer.py OUT_DIR KIND
-KIND: gptq4 | gptq8-pc | gptq4-actorder | gptq4-asym-v2 | awq4 |
+KIND: gptq4 | gptq8 | gptq8-pc | gptq4-pc | gptq4-actorder |
+      gptq8-actorder | gptq4-asym | gptq4-asym-v2 | awq4 | awq4-g64 |
+      gptq4-g128 (any kind may end in -gN: groups of N input rows) |
       bad-3bit | bad-shape | bad-no-scales | bad-actorder-no-gidx
 """
 import json
@@ -152,6 +154,9 @@ def main():
     if kind == "bad-3bit":
         bits = 3
     group = -1 if kind.endswith("-pc") else 32
+    for part in kind.split("-"):  # "-g128": groups of 128 input rows
+        if part.startswith("g") and part[1:].isdigit():
+            group = int(part[1:])
     sym = method == "gptq" and "asym" not in kind
     act_order = "actorder" in kind
     v2 = kind.endswith("-v2")
