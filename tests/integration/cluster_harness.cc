@@ -102,6 +102,10 @@ absl::StatusOr<std::unique_ptr<RoleProcess>> StartRole(const ProcessSpec& spec,
   argv.push_back(spec.role);
   for (std::string a :
        KeepFlagsOf(spec.role, {"--port=0", "--host=127.0.0.1", "--threads=1",
+                               // A router's HTTP API is off unless the test
+                               // asks (its default, 8000, is one fixed port
+                               // for every test running at once).
+                               "--http_port=-1",
                                absl::StrCat("--port_file=", port_file)})) {
     argv.push_back(std::move(a));
   }
@@ -201,8 +205,8 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(
   for (auto& p : c->prefill_) p_addr.push_back(p->address());
   for (auto& d : c->decode_) d_addr.push_back(d->address());
   for (size_t i = 0; i < options.modes.size(); ++i) {
-    // The HTTP API on a free port (a test's router_flags may override).
-    std::vector<std::string> rf = {"--http_port=-1"};
+    // The HTTP API is off (StartRole) unless router_flags ask for it.
+    std::vector<std::string> rf;
     for (std::string& f : flags("router", options.router_flags))
       rf.push_back(std::move(f));
     rf.push_back(absl::StrCat("--mode=", options.modes[i]));
