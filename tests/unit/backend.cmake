@@ -9,6 +9,15 @@ if(TARGET backend_test)
     ENVIRONMENT PDSERVE_DISABLE_AVX512_BF16=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+# The same checks with vdpbf16ps forced where the CPU has it (by default the
+# faster of it and its emulation runs, timed at first use).
+if(TARGET backend_test)
+  add_test(NAME backend_test_vdpbf16ps COMMAND backend_test
+    --gtest_filter=MatMul.*)
+  set_tests_properties(backend_test_vdpbf16ps PROPERTIES
+    ENVIRONMENT PDSERVE_BF16_KERNEL=vdpbf16ps LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()
 # The quantized matmul on its scalar fallback (CPUs without AVX512-VNNI):
 # checked against the same documented arithmetic, bit for bit.
 if(TARGET backend_test)

@@ -4,10 +4,13 @@
 // softmax and bit-identical to each query alone, and the thread pool's
 // static split.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/backend/cpu/attention.h"
@@ -106,8 +109,11 @@ TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
   std::uniform_int_distribution<int> ex(-140, 10);
-  for (bool tiny : {false, true}) {
-    const int64_t N = 70, K = 75, M = 9;
+  // M = 1 and 9: the decode-sized and the larger products, whose kernels
+  // are chosen separately (UseVdpbf16ps).
+  for (auto [tiny, M] :
+       {std::pair<bool, int64_t>{false, 9}, {true, 9}, {false, 1}, {true, 1}}) {
+    const int64_t N = 70, K = 75;
     std::vector<float> w(N * K), x(M * K);
     auto value = [&] {
       return tiny ? std::ldexp(u(rng), ex(rng) / 2 - 60) : u(rng);
@@ -139,6 +145,25 @@ TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
     }
     EXPECT_EQ(mismatches, 0)
         << "tiny " << tiny << " native " << CpuHasAvx512Bf16();
+  }
+}
+
+// Which bf16 kernel runs: PDSERVE_BF16_KERNEL forces one (vdpbf16ps only
+// where the CPU has it); unset, the faster of the two here.
+TEST(MatMul, Bf16KernelChoiceFollowsTheEnvironment) {
+  const char* env = std::getenv("PDSERVE_BF16_KERNEL");
+  const std::string choice = env == nullptr ? "" : env;
+  for (int64_t rows : {1, 64}) {
+    if (choice == "vdpbf16ps") {
+      EXPECT_EQ(UseVdpbf16ps(rows), CpuHasAvx512Bf16());
+    } else if (choice == "fma") {
+      EXPECT_FALSE(UseVdpbf16ps(rows));
+    } else {
+      EXPECT_TRUE(!UseVdpbf16ps(rows) || CpuHasAvx512Bf16());
+    }
+    std::printf("CPU has vdpbf16ps: %d, bf16 kernel for %d rows: %s\n",
+                CpuHasAvx512Bf16(), static_cast<int>(rows),
+                UseVdpbf16ps(rows) ? "vdpbf16ps" : "two FMAs per pair");
   }
 }
 

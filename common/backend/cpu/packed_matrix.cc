@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -85,12 +86,14 @@ __attribute__((target("avx512f,fma"))) inline void KernelF32(
   }
 }
 
-// bf16 weights against x as bf16 pairs (one uint32 per pair of k; ldx in
-// pairs), pair rows [j0, j1). kNative: vdpbf16ps; else two FMAs per pair
-// (high half first), which equals it under DAZ|FTZ (set by the caller).
+// bf16 weights against x, pair rows [j0, j1). kNative: vdpbf16ps, x as bf16
+// pairs (one uint32 per pair of k; ldx in pairs). Else two FMAs per pair
+// (high half first), which equals it under DAZ|FTZ (set by the caller), x
+// as the pairs' halves widened to f32, high then low (SplitBf16Pairs; ldx in
+// floats), so that each is a broadcast from memory, not from a register.
 template <int R, bool kNative>
 __attribute__((target("avx512f,avx512bf16,fma"))) inline void KernelBf16(
-    const uint32_t* x, int64_t ldx, const char* panel, int64_t j0, int64_t j1,
+    const void* xv, int64_t ldx, const char* panel, int64_t j0, int64_t j1,
     float* y, int64_t ldy, bool accumulate, const __mmask16 masks[4]) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r) {
@@ -116,6 +119,7 @@ __attribute__((target("avx512f,avx512bf16,fma"))) inline void KernelBf16(
       wv[c] = _mm512_load_si512(w + j * kPanel + 16 * c);
     }
     if constexpr (kNative) {
+      const uint32_t* x = static_cast<const uint32_t*>(xv);
       for (int r = 0; r < R; ++r) {
         const __m512bh xb =
             (__m512bh)_mm512_set1_epi32(static_cast<int>(x[r * ldx + j]));
@@ -129,10 +133,10 @@ __attribute__((target("avx512f,avx512bf16,fma"))) inline void KernelBf16(
         whi[c] = _mm512_castsi512_ps(_mm512_and_si512(wv[c], hi_mask));
         wlo[c] = _mm512_castsi512_ps(_mm512_slli_epi32(wv[c], 16));
       }
+      const float* x = static_cast<const float*>(xv);
       for (int r = 0; r < R; ++r) {
-        const uint32_t xp = x[r * ldx + j];
-        const __m512 xhi = _mm512_set1_ps(BitsToFloat(xp & 0xffff0000u));
-        const __m512 xlo = _mm512_set1_ps(BitsToFloat(xp << 16));
+        const __m512 xhi = _mm512_set1_ps(x[r * ldx + 2 * j]);
+        const __m512 xlo = _mm512_set1_ps(x[r * ldx + 2 * j + 1]);
         for (int c = 0; c < 4; ++c) {
           acc[r][c] = _mm512_fmadd_ps(xhi, whi[c], acc[r][c]);
           acc[r][c] = _mm512_fmadd_ps(xlo, wlo[c], acc[r][c]);
@@ -157,14 +161,14 @@ inline void Kernel(const void* x, int64_t ldx, const char* panel, int64_t k0,
     KernelF32<R>(static_cast<const float*>(x), ldx, panel, k0, k1, y, ldy,
                  accumulate, masks);
   } else {
-    KernelBf16<R, kMode == Mode::kBf16Native>(static_cast<const uint32_t*>(x),
-                                              ldx, panel, k0, k1, y, ldy,
+    KernelBf16<R, kMode == Mode::kBf16Native>(x, ldx, panel, k0, k1, y, ldy,
                                               accumulate, masks);
   }
 }
 
-// x: f32 rows (kF32) or bf16 pair rows, 4 bytes per entry either way; K in
-// panel rows (k, or pairs of k).
+// x: f32 rows (kF32), bf16 pair rows (kBf16Native) or split pair rows
+// (kBf16Emulated), 4-byte entries, ldx of them per row; K in panel rows (k,
+// or pairs of k).
 template <Mode kMode>
 void PanelAvx512(const void* x, int64_t M, int64_t ldx, const char* panel,
                  int64_t K, int valid, float* y, int64_t ldy) {
@@ -320,6 +324,69 @@ AlignedBuffer AllocateAligned(int64_t bytes) {
   return AlignedBuffer(static_cast<char*>(std::aligned_alloc(64, rounded)));
 }
 
+namespace {
+
+// Widens bf16 pairs to f32, high half then low half per pair (the
+// emulated kernel's operand).
+void SplitBf16Pairs(const uint32_t* pairs, int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    out[2 * j] = BitsToFloat(pairs[j] & 0xffff0000u);
+    out[2 * j + 1] = BitsToFloat(pairs[j] << 16);
+  }
+}
+
+// Whether vdpbf16ps is faster here than its emulation (two FMAs per pair
+// under DAZ|FTZ, same bits) for `rows` rows of x: times both on one
+// L2-resident panel of 768 k, best of 7 alternating tries each. AMD Zen 4/5
+// run vdpbf16ps at the FMA rate (two k per instruction); on the Intel Xeon
+// of docs/performance.md the emulation was faster for many rows.
+bool Vdpbf16psFaster(int64_t rows) {
+  constexpr int64_t kPairs = 384;
+  std::vector<uint32_t> x(rows * kPairs);
+  std::vector<float> split(rows * kPairs * 2);
+  AlignedBuffer panel = AllocateAligned(kPairs * kPanel * 4);
+  uint32_t* w = reinterpret_cast<uint32_t*>(panel.get());
+  uint32_t v = 0x3f803f80u;
+  auto next = [&v] { return (v = v * 1664525u + 1013904223u) & 0xbf7fbf7fu; };
+  for (auto& e : x) e = next();
+  for (int64_t i = 0; i < kPairs * kPanel; ++i) w[i] = next();
+  SplitBf16Pairs(x.data(), rows * kPairs, split.data());
+  std::vector<float> y(rows * kPanel);
+  const int reps = static_cast<int>(std::max<int64_t>(4, 256 / rows));
+  auto time = [&](bool native) {
+    const ScopedDazFtz daz_ftz(!native);
+    const auto start = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < reps; ++rep) {
+      if (native) {
+        PanelAvx512<Mode::kBf16Native>(x.data(), rows, kPairs, panel.get(),
+                                       kPairs, kPanel, y.data(), kPanel);
+      } else {
+        PanelAvx512<Mode::kBf16Emulated>(split.data(), rows, 2 * kPairs,
+                                         panel.get(), kPairs, kPanel, y.data(),
+                                         kPanel);
+      }
+    }
+    return std::chrono::steady_clock::now() - start;
+  };
+  auto best_native = std::chrono::steady_clock::duration::max();
+  auto best_emulated = best_native;
+  for (int i = 0; i < 7; ++i) {
+    best_native = std::min(best_native, time(true));
+    best_emulated = std::min(best_emulated, time(false));
+  }
+  return best_native <= best_emulated;
+}
+
+bool ChooseVdpbf16ps(int64_t rows) {
+  if (!CpuHasAvx512Bf16()) return false;
+  const char* choice = std::getenv("PDSERVE_BF16_KERNEL");
+  if (choice != nullptr && std::strcmp(choice, "vdpbf16ps") == 0) return true;
+  if (choice != nullptr && std::strcmp(choice, "fma") == 0) return false;
+  return Vdpbf16psFaster(rows);
+}
+
+}  // namespace
+
 bool CpuHasAvx512() {
   static const bool has = DetectAvx512();
   return has;
@@ -328,6 +395,17 @@ bool CpuHasAvx512() {
 bool CpuHasAvx512Bf16() {
   static const bool has = DetectAvx512Bf16();
   return has;
+}
+
+bool UseVdpbf16ps(int64_t rows) {
+  // Decode-sized products (fewer rows than one micro-kernel call) and
+  // prefill-sized ones, each timed once.
+  if (rows < kMaxRows) {
+    static const bool few = ChooseVdpbf16ps(1);
+    return few;
+  }
+  static const bool many = ChooseVdpbf16ps(48);
+  return many;
 }
 
 float Bf16PairDot(float acc, uint32_t a, uint32_t b) {
@@ -405,18 +483,30 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   if (M <= 0) return;
   const bool avx512 = CpuHasAvx512();
   const bool bf16 = w.dtype() == DType::kBF16;
-  const bool native_bf16 = bf16 && CpuHasAvx512Bf16();
+  const bool native_bf16 = bf16 && avx512 && UseVdpbf16ps(M);
+  const bool split_bf16 = bf16 && avx512 && !native_bf16;
   const int64_t K = PanelRows(w.dtype(), w.k());
-  // bf16: the activations rounded to bf16 pairs once per call.
+  // bf16: the activations rounded to bf16 pairs once per call (and, for the
+  // emulated kernel, widened back to f32 pair by pair).
   const void* xin = x;
   int64_t ldxin = ldx;
   thread_local std::vector<uint32_t> pairs;
+  thread_local std::vector<float> split;
   if (bf16) {
     if (static_cast<int64_t>(pairs.size()) < M * K) pairs.resize(M * K);
+    if (split_bf16 && static_cast<int64_t>(split.size()) < 2 * M * K) {
+      split.resize(2 * M * K);
+    }
+    // Pointers taken here: the buffers are this thread's, and round_rows
+    // may run on the pool's threads.
     uint32_t* out = pairs.data();
+    float* split_out = split_bf16 ? split.data() : nullptr;
     auto round_rows = [&](int64_t b, int64_t e, int) {
       for (int64_t m = b; m < e; ++m) {
         RoundToBf16Pairs(x + m * ldx, w.k(), out + m * K);
+        if (split_out != nullptr) {
+          SplitBf16Pairs(out + m * K, K, split_out + 2 * m * K);
+        }
       }
     };
     if (M >= 16) {
@@ -426,6 +516,10 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
     }
     xin = out;
     ldxin = K;
+    if (split_out != nullptr) {
+      xin = split_out;
+      ldxin = 2 * K;
+    }
   }
   // Threads take chunks of consecutive panels from a shared counter, so a
   // thread that is slowed (another process, a busier memory channel) does
@@ -442,7 +536,7 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   pool.ParallelFor(
       std::min<int64_t>(chunks, pool.num_threads()),
       [&](int64_t, int64_t, int) {
-        const ScopedDazFtz daz_ftz(avx512 && bf16 && !native_bf16);
+        const ScopedDazFtz daz_ftz(split_bf16);
         for (int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
              chunk < chunks;
              chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {

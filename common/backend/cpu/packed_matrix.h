@@ -15,7 +15,7 @@
 //   with bf16/f32 subnormal inputs read as zero and subnormal sums flushed to
 //   zero: vdpbf16ps' definition. CPUs without AVX512-BF16 compute exactly
 //   that with two FMAs per pair under MXCSR DAZ|FTZ (AVX-512F) or in scalar
-//   code.
+//   code; CPUs with it too, where the FMAs are faster (UseVdpbf16ps).
 // Threads split N (chunks of panels from a shared counter), never K.
 // Immutable after packing; MatMul is thread-safe.
 #ifndef PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
@@ -76,8 +76,13 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
 
 // True when the AVX-512 kernels run on this CPU (else the scalar fallback).
 bool CpuHasAvx512();
-// True when bf16 products use vdpbf16ps (else its emulation, same bits).
+// True when the CPU has vdpbf16ps (AVX512-BF16).
 bool CpuHasAvx512Bf16();
+// True when bf16 products of `rows` rows of x use vdpbf16ps, else its
+// emulation (same bits): vdpbf16ps where the CPU has it and, timed once on
+// first use for decode-sized (< 6 rows) and for larger products, it is the
+// faster of the two here; PDSERVE_BF16_KERNEL=vdpbf16ps|fma forces one.
+bool UseVdpbf16ps(int64_t rows);
 
 // Rounds n floats to bf16 (nearest even, as F32ToBf16) into pairs: out[j]
 // holds bf16(x[2j]) in its low and bf16(x[2j+1]) in its high half (0 past
