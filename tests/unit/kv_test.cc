@@ -1,11 +1,15 @@
 // Paged KV pool: budget -> blocks, all-or-nothing reservation, explicit and
 // idempotent free, export/import of the wire layout with range checks.
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/kv/kv_cache.h"
+#include "common/util/huge_pages.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -231,6 +235,81 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
         }
       }
     }
+  }
+}
+
+// The /proc/self/smaps entry of the mapping holding `p`: its
+// "THPeligible:" value (-1 if absent), and how many mappings there are.
+struct Mappings {
+  int thp_eligible = -1;
+  int count = 0;
+};
+Mappings SmapsAt(const void* p) {
+  Mappings m;
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
+        line.find('-') < line.find(' ')) {
+      ++m.count;
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      m.thp_eligible = std::atoi(line.c_str() + 12);
+    }
+  }
+  return m;
+}
+
+// Transparent huge pages configured as anything but [never].
+bool KernelHasTransparentHugePages() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string s;
+  std::getline(f, s);
+  return !s.empty() && s.find("[never]") == std::string::npos;
+}
+
+// The pool starts on a 2 MiB boundary and asks for huge pages (unless
+// PDSERVE_HUGE_PAGES=0, the kv_test_no_huge_pages variant); pools of any
+// size map and unmap without leaving mappings behind.
+TEST(KvCache, PoolSitsOnHugePagesAndUnmapsCleanly) {
+  KvLayout l = Layout(DType::kBF16);
+  l.num_kv_heads = 3;  // a block of 288 bytes: pools end mid-page
+  const int before = SmapsAt(nullptr).count;
+  for (int64_t blocks : {1, 7, 15000, 40000}) {
+    auto kv = std::move(*KvCache::Create(l, l.BytesPerBlock() * blocks));
+    char* const base = kv->KeyTile(0, 0, 0);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % kHugePageBytes, 0u) << blocks;
+    // Every byte of the pool is writable, the last one included.
+    const int64_t bytes = l.BytesPerBlock() * blocks;
+    std::memset(base, 1, bytes);
+    EXPECT_EQ(base[bytes - 1], 1);
+    const Mappings m = SmapsAt(base);
+    if (bytes >= kHugePageBytes && m.thp_eligible >= 0 &&
+        KernelHasTransparentHugePages()) {
+      EXPECT_EQ(m.thp_eligible, HugePagesWanted() ? 1 : 0) << blocks;
+    }
+  }
+  EXPECT_EQ(SmapsAt(nullptr).count, before);
+}
+
+TEST(HugePages, StreamingBuffersAreAlignedAndAdvised) {
+  for (int64_t bytes :
+       {int64_t{1}, int64_t{100}, int64_t{3} << 20, (int64_t{5} << 20) + 17}) {
+    char* const p = static_cast<char*>(AllocateForStreaming(bytes));
+    ASSERT_NE(p, nullptr);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    EXPECT_EQ(at % 64, 0u);
+    std::memset(p, 7, bytes);
+    if (bytes >= kHugePageBytes && HugePagesWanted()) {
+      EXPECT_EQ(at % kHugePageBytes, 0u);
+      const Mappings m = SmapsAt(p);
+      if (m.thp_eligible >= 0 && KernelHasTransparentHugePages()) {
+        EXPECT_EQ(m.thp_eligible, 1) << bytes;
+      }
+    }
+    std::free(p);
   }
 }
 

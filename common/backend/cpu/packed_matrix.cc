@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/util/huge_pages.h"
+
 namespace pdserve {
 namespace {
 
@@ -320,8 +322,7 @@ class ScopedDazFtz {
 void AlignedFree::operator()(void* p) const { std::free(p); }
 
 AlignedBuffer AllocateAligned(int64_t bytes) {
-  const int64_t rounded = (std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
-  return AlignedBuffer(static_cast<char*>(std::aligned_alloc(64, rounded)));
+  return AlignedBuffer(static_cast<char*>(AllocateForStreaming(bytes)));
 }
 
 namespace {

@@ -32,7 +32,8 @@
 
 namespace pdserve {
 
-// 64-byte aligned heap buffer.
+// 64-byte aligned heap buffer; from 2 MiB up on huge pages
+// (common/util/huge_pages.h), since the kernels stream it.
 struct AlignedFree {
   void operator()(void* p) const;
 };
