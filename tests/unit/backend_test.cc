@@ -3,13 +3,16 @@
 // rows, with any thread count), tiled attention against a double-precision
 // softmax and bit-identical to each query alone, and the thread pool's
 // static split.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -88,6 +91,46 @@ void CheckMatMul(DType dtype, int64_t N, int64_t K) {
           << "rows " << m0 << "+" << rows;
     }
   }
+}
+
+// Weight buffers: small ones share slabs, each 4 KiB aligned and apart
+// from every other live one (also when threads allocate at once), large
+// ones are their own; all writable, all freed without a trace.
+TEST(WeightBuffers, SlabsHandOutDisjointAlignedBuffers) {
+  std::vector<std::pair<AlignedBuffer, int64_t>> held;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        const int64_t bytes = 1 + (int64_t{i * 7919 + t * 104729} % (3 << 20));
+        AlignedBuffer b = AllocateWeights(bytes);
+        ASSERT_NE(b.get(), nullptr);
+        std::memset(b.get(), t, bytes);
+        std::lock_guard<std::mutex> lock(mu);
+        held.emplace_back(std::move(b), bytes);
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  held.emplace_back(AllocateWeights(kWeightSlabBytes), kWeightSlabBytes);
+  EXPECT_EQ(held.back().first.get_deleter().slab, nullptr);  // its own
+  std::sort(held.begin(), held.end(), [](const auto& a, const auto& b) {
+    return a.first.get() < b.first.get();
+  });
+  for (size_t i = 0; i < held.size(); ++i) {
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(held[i].first.get()) % 4096, 0u);
+    if (i + 1 < held.size()) {
+      EXPECT_LE(held[i].first.get() + held[i].second, held[i + 1].first.get());
+    }
+  }
+  held.clear();
+  // A slab whose buffers are all gone is not kept: the next buffer starts a
+  // fresh one at its beginning (2 MiB aligned when huge pages are wanted).
+  AlignedBuffer again = AllocateWeights(100);
+  ASSERT_NE(again.get(), nullptr);
+  EXPECT_NE(again.get_deleter().slab, nullptr);
+  EXPECT_EQ(again.get(), again.get_deleter().slab.get());
 }
 
 TEST(MatMul, F32MatchesReferenceAndIsRowInvariant) {

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/synchronization/mutex.h"
 #include "common/util/huge_pages.h"
 
 namespace pdserve {
@@ -319,10 +320,44 @@ class ScopedDazFtz {
 
 }  // namespace
 
-void AlignedFree::operator()(void* p) const { std::free(p); }
+void AlignedFree::operator()(void* p) const {
+  if (slab == nullptr) std::free(p);  // else the slab goes with its last user
+}
 
 AlignedBuffer AllocateAligned(int64_t bytes) {
   return AlignedBuffer(static_cast<char*>(AllocateForStreaming(bytes)));
+}
+
+namespace {
+
+// The weight slab being filled; held weakly, so that a slab whose matrices
+// are all gone is freed even while it is the current one.
+struct WeightSlabs {
+  absl::Mutex mu;
+  std::weak_ptr<char> current ABSL_GUARDED_BY(mu);
+  int64_t used ABSL_GUARDED_BY(mu) = 0;
+};
+
+}  // namespace
+
+AlignedBuffer AllocateWeights(int64_t bytes) {
+  constexpr int64_t kAlign = 4096;
+  if (bytes >= kWeightSlabBytes / 2) return AllocateAligned(bytes);
+  const int64_t rounded =
+      (std::max<int64_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  static WeightSlabs* const slabs = new WeightSlabs();  // never destroyed
+  absl::MutexLock lock(&slabs->mu);
+  std::shared_ptr<char> slab = slabs->current.lock();
+  if (slab == nullptr || slabs->used + rounded > kWeightSlabBytes) {
+    char* const p = static_cast<char*>(AllocateForStreaming(kWeightSlabBytes));
+    if (p == nullptr) return AlignedBuffer();
+    slab = std::shared_ptr<char>(p, [](char* q) { std::free(q); });
+    slabs->current = slab;
+    slabs->used = 0;
+  }
+  char* const at = slab.get() + slabs->used;
+  slabs->used += rounded;
+  return AlignedBuffer(at, AlignedFree{std::move(slab)});
 }
 
 namespace {
@@ -435,7 +470,7 @@ PackedMatrix::PackedMatrix(int64_t n, int64_t k, DType dtype)
   num_panels_ = (n_ + kPanel - 1) / kPanel;
   panel_bytes_ = PanelRows(dtype, k_) * kPanelRowBytes;
   bytes_ = num_panels_ * panel_bytes_;
-  data_ = AllocateAligned(bytes_);
+  data_ = AllocateWeights(bytes_);
   std::memset(data_.get(), 0, bytes_);
 }
 

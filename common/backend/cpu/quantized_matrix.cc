@@ -284,7 +284,7 @@ QuantizedMatrix::QuantizedMatrix(int64_t n, int64_t k,
   group_bytes_ = code_bytes_ + kPanel * 2 + (format_.symmetric ? 0 : kPanel);
   panel_bytes_ = groups_ * group_bytes_;
   bytes_ = num_panels_ * panel_bytes_;
-  data_ = AllocateAligned(bytes_);
+  data_ = AllocateWeights(bytes_);
   std::memset(data_.get(), 0, bytes_);
   // Zero weights everywhere until set: codes equal to the zero point.
   if (format_.symmetric) {
