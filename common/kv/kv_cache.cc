@@ -40,28 +40,13 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvLayout& layout,
   }
   const int64_t bytes = num_blocks * layout.BytesPerBlock();
   // Anonymous mapping: pages become resident only when first written, and
-  // the pool never grows past `bytes`. It starts on a 2 MiB boundary and
-  // asks for huge pages (common/util/huge_pages.h: attention streams it), so
-  // it becomes resident in steps of up to 2 MiB.
-  const int64_t slack = kHugePageBytes;
-  constexpr int64_t kSmallPageBytes = 4096;
-  void* mapped = mmap(nullptr, bytes + slack, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mapped == MAP_FAILED) {
+  // the pool never grows past `bytes`. It asks for huge pages (attention
+  // streams it), so it becomes resident in steps of up to 2 MiB.
+  char* const base = static_cast<char*>(MapForStreaming(bytes));
+  if (base == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map a KV cache of ", bytes, " bytes"));
   }
-  char* const start = static_cast<char*>(mapped);
-  char* const base =
-      start + (slack - reinterpret_cast<uintptr_t>(start) % slack) % slack;
-  // Unmap the slack around the pool (whole pages: the pool's last page
-  // stays, ~KvCache's munmap rounds its length up to it).
-  char* const end = start + bytes + slack;
-  char* const pool_end =
-      base + (bytes + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
-  if (base > start) munmap(start, base - start);
-  if (end > pool_end) munmap(pool_end, end - pool_end);
-  AdviseHugePages(base, bytes);
   return std::unique_ptr<KvCache>(new KvCache(layout, num_blocks, base, bytes));
 }
 

@@ -8,11 +8,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/huge_pages.h"
 
 namespace pdserve::transport {
 namespace {
 
-constexpr int64_t kHugePage = int64_t{2} << 20;
+constexpr int64_t kHugePage = kHugePageBytes;
 
 }  // namespace
 
@@ -32,14 +33,13 @@ UcxRegion::~UcxRegion() { worker_->Unregister(*this); }
 absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::Allocate(int64_t bytes) {
   if (bytes <= 0) return absl::InvalidArgumentError("empty UCX region");
   const int64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = mmap(nullptr, static_cast<size_t>(size), PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  // On 2 MiB boundaries, advised for huge pages: fewer, larger pages for
+  // the kernel to pin or walk per transfer.
+  void* p = MapForStreaming(size);
+  if (p == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("mmap of ", size, " bytes: ", strerror(errno)));
   }
-  // Fewer, larger pages for the kernel to pin or walk per transfer.
-  (void)madvise(p, static_cast<size_t>(size), MADV_HUGEPAGE);
   std::unique_ptr<UcxRegion> region(new UcxRegion(
       this, static_cast<char*>(p), size, UcxMemoryType::kHost, true));
   absl::Status s = MapRegion(*region);

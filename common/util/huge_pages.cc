@@ -28,6 +28,26 @@ void AdviseHugePages(void* p, int64_t bytes) {
   madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
+void* MapForStreaming(int64_t bytes) {
+  constexpr int64_t kSmallPageBytes = 4096;
+  const int64_t slack = kHugePageBytes;
+  void* mapped = mmap(nullptr, bytes + slack, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mapped == MAP_FAILED) return nullptr;
+  // Unmap the slack around the aligned range (whole pages: its last page
+  // stays, and munmap(p, bytes) rounds its length up to it).
+  char* const start = static_cast<char*>(mapped);
+  char* const base =
+      start + (slack - reinterpret_cast<uintptr_t>(start) % slack) % slack;
+  char* const end = start + bytes + slack;
+  char* const kept_end =
+      base + (bytes + kSmallPageBytes - 1) / kSmallPageBytes * kSmallPageBytes;
+  if (base > start) munmap(start, base - start);
+  if (end > kept_end) munmap(kept_end, end - kept_end);
+  AdviseHugePages(base, bytes);
+  return base;
+}
+
 void* AllocateForStreaming(int64_t bytes) {
   const size_t rounded = (std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
   const size_t alignment =

@@ -22,6 +22,12 @@ bool HugePagesWanted();
 // wanted, and harmless where the kernel has transparent huge pages off.
 void AdviseHugePages(void* p, int64_t bytes);
 
+// An anonymous private mapping of `bytes` (rounded up to 4 KiB pages;
+// MAP_NORESERVE: pages become resident when first touched) that starts on a
+// 2 MiB boundary and is advised as above; nullptr when mmap fails. Release
+// it with munmap(p, bytes).
+void* MapForStreaming(int64_t bytes);
+
 // A 64-byte aligned heap buffer of `bytes` (free with std::free). From
 // 2 MiB up it starts on a 2 MiB boundary and its whole 2 MiB pages are
 // advised as above.
