@@ -19,7 +19,7 @@
 
 #include "common/backend/cpu/attention.h"
 #include "common/backend/cpu/kernels.h"
-#include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/aligned_buffer.h"
 
 namespace pdserve {
 namespace {

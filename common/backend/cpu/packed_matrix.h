@@ -26,28 +26,12 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/backend/cpu/aligned_buffer.h"
 #include "common/backend/thread_pool.h"
 #include "common/model/dtype.h"
 #include "common/model/model_source.h"
 
 namespace pdserve {
-
-// 64-byte aligned heap buffer; from 2 MiB up on huge pages
-// (common/util/huge_pages.h), since the kernels stream it. One from
-// AllocateWeights may instead sit in a shared slab (`slab` set), which is
-// freed with its last buffer.
-struct AlignedFree {
-  std::shared_ptr<char> slab;
-  void operator()(void* p) const;
-};
-using AlignedBuffer = std::unique_ptr<char[], AlignedFree>;
-AlignedBuffer AllocateAligned(int64_t bytes);
-// A weight matrix's buffer (4 KiB aligned): matrices under kWeightSlabBytes
-// / 2 are packed one after another into slabs of kWeightSlabBytes on huge
-// pages, so that small matrices (a 768 x 768 bf16 projection is 1.2 MiB)
-// get huge pages too; larger ones come from AllocateAligned. Thread-safe.
-inline constexpr int64_t kWeightSlabBytes = int64_t{32} << 20;
-AlignedBuffer AllocateWeights(int64_t bytes);
 
 class PackedMatrix {
  public:
