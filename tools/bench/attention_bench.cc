@@ -17,9 +17,9 @@
 #include <random>
 #include <vector>
 
+#include "common/backend/cpu/aligned_buffer.h"
 #include "common/backend/cpu/attention.h"
 #include "common/backend/cpu/kernels.h"
-#include "common/backend/cpu/aligned_buffer.h"
 
 namespace pdserve {
 namespace {
