@@ -11,12 +11,6 @@
 #include "common/util/huge_pages.h"
 
 namespace pdserve::transport {
-namespace {
-
-constexpr int64_t kHugePage = kHugePageBytes;
-
-}  // namespace
-
 absl::string_view UcxMemoryTypeName(UcxMemoryType type) {
   return type == UcxMemoryType::kCuda ? "cuda" : "host";
 }
@@ -32,7 +26,8 @@ UcxRegion::~UcxRegion() { worker_->Unregister(*this); }
 
 absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::Allocate(int64_t bytes) {
   if (bytes <= 0) return absl::InvalidArgumentError("empty UCX region");
-  const int64_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const int64_t size =
+      (bytes + kHugePageBytes - 1) / kHugePageBytes * kHugePageBytes;
   // On 2 MiB boundaries, advised for huge pages: fewer, larger pages for
   // the kernel to pin or walk per transfer.
   void* p = MapForStreaming(size);

@@ -1,6 +1,7 @@
 // Paged KV pool: budget -> blocks, all-or-nothing reservation, explicit and
 // idempotent free, export/import of the wire layout with range checks.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
