@@ -56,9 +56,9 @@ struct KvLayout {
 class KvCache {
  public:
   // Carves floor(budget_bytes / BytesPerBlock) blocks; the memory is mapped
-  // once and never grows (pages become resident as blocks are first written,
-  // in steps of up to 2 MiB: the pool is on huge pages where the kernel has
-  // them, see common/util/huge_pages.h).
+  // once and never grows. It is on huge pages where the kernel has them
+  // (common/util/huge_pages.h) and then resident from the start; with
+  // PDSERVE_HUGE_PAGES=0, pages become resident as blocks are first written.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvLayout& layout,
                                                          int64_t budget_bytes);
   ~KvCache();

@@ -48,6 +48,14 @@ void* MapForStreaming(int64_t bytes) {
   return base;
 }
 
+void Prefault(void* p, int64_t bytes) {
+  if (p == nullptr || bytes <= 0) return;
+  if (madvise(p, bytes, MADV_POPULATE_WRITE) == 0) return;
+  // Kernels before 5.14 do not know MADV_POPULATE_WRITE.
+  volatile char* const c = static_cast<char*>(p);
+  for (int64_t i = 0; i < bytes; i += 4096) c[i] = 0;
+}
+
 void* AllocateForStreaming(int64_t bytes) {
   const size_t rounded = (std::max<int64_t>(bytes, 64) + 63) / 64 * 64;
   const size_t alignment =

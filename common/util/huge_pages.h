@@ -28,6 +28,11 @@ void AdviseHugePages(void* p, int64_t bytes);
 // it with munmap(p, bytes).
 void* MapForStreaming(int64_t bytes);
 
+// Makes [p, p + bytes) of such a mapping resident now (madvise
+// MADV_POPULATE_WRITE, else a write per 4 KiB page), so that first touches
+// do not zero 2 MiB pages in the middle of a request.
+void Prefault(void* p, int64_t bytes);
+
 // A 64-byte aligned heap buffer of `bytes` (free with std::free). From
 // 2 MiB up it starts on a 2 MiB boundary and its whole 2 MiB pages are
 // advised as above.

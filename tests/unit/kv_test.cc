@@ -239,25 +239,31 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
   }
 }
 
-// The /proc/self/smaps entry of the mapping holding `p`: its
-// "THPeligible:" value (-1 if absent), and how many mappings there are.
+// From /proc/self/smaps: the "THPeligible:" value of the mapping holding
+// `p` (-1 if absent), the "Rss:" of the mappings overlapping [p, p + bytes)
+// (madvise splits a pool's mapping where its whole 2 MiB pages end), and
+// how many mappings there are.
 struct Mappings {
   int thp_eligible = -1;
+  int64_t rss_kb = 0;
   int count = 0;
 };
-Mappings SmapsAt(const void* p) {
+Mappings SmapsAt(const void* p, int64_t bytes = 1) {
   Mappings m;
   std::ifstream smaps("/proc/self/smaps");
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-  bool inside = false;
+  bool holds = false, overlaps = false;
   for (std::string line; std::getline(smaps, line);) {
     unsigned long lo = 0, hi = 0;
     if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 &&
         line.find('-') < line.find(' ')) {
       ++m.count;
-      inside = lo <= at && at < hi;
-    } else if (inside && line.rfind("THPeligible:", 0) == 0) {
+      holds = lo <= at && at < hi;
+      overlaps = lo < at + bytes && at < hi;
+    } else if (holds && line.rfind("THPeligible:", 0) == 0) {
       m.thp_eligible = std::atoi(line.c_str() + 12);
+    } else if (overlaps && line.rfind("Rss:", 0) == 0) {
+      m.rss_kb += std::atoll(line.c_str() + 4);
     }
   }
   return m;
@@ -271,9 +277,10 @@ bool KernelHasTransparentHugePages() {
   return !s.empty() && s.find("[never]") == std::string::npos;
 }
 
-// The pool starts on a 2 MiB boundary and asks for huge pages (unless
-// PDSERVE_HUGE_PAGES=0, the kv_test_no_huge_pages variant); pools of any
-// size map and unmap without leaving mappings behind.
+// The pool starts on a 2 MiB boundary, asks for huge pages and is resident
+// at once (unless PDSERVE_HUGE_PAGES=0, the kv_test_no_huge_pages variant:
+// resident only when written); pools of any size map and unmap without
+// leaving mappings behind.
 TEST(KvCache, PoolSitsOnHugePagesAndUnmapsCleanly) {
   KvLayout l = Layout(DType::kBF16);
   l.num_kv_heads = 3;  // a block of 288 bytes: pools end mid-page
@@ -282,8 +289,16 @@ TEST(KvCache, PoolSitsOnHugePagesAndUnmapsCleanly) {
     auto kv = std::move(*KvCache::Create(l, l.BytesPerBlock() * blocks));
     char* const base = kv->KeyTile(0, 0, 0);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % kHugePageBytes, 0u) << blocks;
-    // Every byte of the pool is writable, the last one included.
     const int64_t bytes = l.BytesPerBlock() * blocks;
+    // On huge pages the pool is resident from the start; on 4 KiB pages
+    // nothing is before the first write.
+    const int64_t rss_kb = SmapsAt(base, bytes).rss_kb;
+    if (HugePagesWanted()) {
+      EXPECT_GE(rss_kb * 1024, bytes / 4096 * 4096) << blocks;
+    } else {
+      EXPECT_EQ(rss_kb, 0) << blocks;
+    }
+    // Every byte of the pool is writable, the last one included.
     std::memset(base, 1, bytes);
     EXPECT_EQ(base[bytes - 1], 1);
     const Mappings m = SmapsAt(base);
