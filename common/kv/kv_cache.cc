@@ -44,14 +44,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvLayout& layout,
   // 2 MiB page each, which is most of a default-sized pool: on huge pages
   // the pool is made resident here instead of during the first requests
   // (whose prefill it slowed, by zeroing hundreds of MiB). With
-  // PDSERVE_HUGE_PAGES=0 pages become resident when first written. Either
-  // way the pool never grows past `bytes`.
+  // PDSERVE_HUGE_PAGES=0, or a kernel without huge pages, pages become
+  // resident when first written. Either way the pool never grows past
+  // `bytes`.
   char* const base = static_cast<char*>(MapForStreaming(bytes));
   if (base == nullptr) {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot map a KV cache of ", bytes, " bytes"));
   }
-  if (HugePagesWanted()) Prefault(base, bytes);
+  if (HugePagesWanted() && KernelHasHugePages()) Prefault(base, bytes);
   return std::unique_ptr<KvCache>(new KvCache(layout, num_blocks, base, bytes));
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace pdserve {
 
@@ -14,6 +16,16 @@ bool HugePagesWanted() {
     return env == nullptr || std::strcmp(env, "0") != 0;
   }();
   return wanted;
+}
+
+bool KernelHasHugePages() {
+  static const bool has = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string mode;
+    std::getline(f, mode);
+    return !mode.empty() && mode.find("[never]") == std::string::npos;
+  }();
+  return has;
 }
 
 void AdviseHugePages(void* p, int64_t bytes) {

@@ -16,6 +16,10 @@ inline constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 // once per process).
 bool HugePagesWanted();
 
+// Whether the kernel hands out transparent huge pages at all
+// (/sys/kernel/mm/transparent_hugepage/enabled is not [never]; read once).
+bool KernelHasHugePages();
+
 // Asks the kernel (madvise MADV_HUGEPAGE) to back the whole 2 MiB pages
 // inside [p, p + bytes) with huge pages; bytes outside them keep 4 KiB
 // pages, so nothing becomes resident that would not have. A no-op when not
