@@ -14,9 +14,14 @@ class KvLeaseTable::Sink : public transport::KvSink {
  public:
   Sink(KvLeaseTable* table, std::string id, uint64_t generation)
       : table_(table), id_(std::move(id)), generation_(generation) {}
-  absl::Status OnChunk(const transport::KvChunkView& chunk) override {
-    return table_->ImportChunk(id_, generation_, chunk);
+  absl::Status OnChunk(const transport::KvChunkView& chunk,
+                       uint64_t* xxh3) override {
+    return table_->ImportChunk(id_, generation_, chunk, xxh3);
   }
+  // The import hashes the bytes as it reads them; a chunk that fails the
+  // comparison fails the push, whose sequence (the only blocks it wrote)
+  // is freed by OnAbort.
+  bool HashesChunks() const override { return true; }
   absl::Status OnCommit(const pb::KvCommit& commit, double seconds) override {
     return table_->CommitPush(id_, generation_, commit, seconds);
   }
@@ -143,7 +148,8 @@ void KvLeaseTable::Refused(const pb::KvHeader& header,
 
 absl::Status KvLeaseTable::ImportChunk(const std::string& id,
                                        uint64_t generation,
-                                       const transport::KvChunkView& chunk) {
+                                       const transport::KvChunkView& chunk,
+                                       uint64_t* xxh3) {
   absl::Status status;
   scheduler_->WithEngine([&](Engine& engine) {
     SeqId seq = -1;
@@ -167,7 +173,7 @@ absl::Status KvLeaseTable::ImportChunk(const std::string& id,
     // FreeSequence of this seq also runs under WithEngine: it cannot
     // interleave with this import.
     status = engine.ImportLayerKv(seq, chunk.layer, chunk.token_begin,
-                                  chunk.token_end, chunk.data);
+                                  chunk.token_end, chunk.data, xxh3);
   });
   return status;
 }

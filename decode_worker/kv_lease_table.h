@@ -85,9 +85,10 @@ class KvLeaseTable : public transport::KvSinkFactory {
   void FreeSequence(SeqId seq);
   void ReaperLoop();
 
-  // Sink callbacks.
+  // Sink callbacks. ImportChunk sets `xxh3` (optional) to the chunk's
+  // KvChecksum, hashed during the import.
   absl::Status ImportChunk(const std::string& id, uint64_t generation,
-                           const transport::KvChunkView& chunk);
+                           const transport::KvChunkView& chunk, uint64_t* xxh3);
   absl::Status CommitPush(const std::string& id, uint64_t generation,
                           const pb::KvCommit& commit, double seconds);
   void AbortPush(const std::string& id, uint64_t generation,

@@ -433,13 +433,15 @@ void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
     chunk.set_layer(layer);
     chunk.set_token_begin(b);
     chunk.set_token_end(e);
+    // Sealed on the way: the export hashes the bytes as it writes them.
+    uint64_t xxh3 = 0;
     absl::Status s =
-        engine_->ExportLayerKv(seq, layer, b, e, chunk.mutable_data());
+        engine_->ExportLayerKv(seq, layer, b, e, chunk.mutable_data(), &xxh3);
     if (!s.ok()) {
       push->Cancel();
       return;
     }
-    transport::SealChunk(&chunk);
+    chunk.set_xxh3(xxh3);
     push->Enqueue(std::move(chunk));
   }
 }

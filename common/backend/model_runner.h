@@ -60,15 +60,17 @@ class ModelRunner {
   virtual absl::Status AttachKvPool(const KvCache& kv) {
     return absl::OkStatus();
   }
-  // KvCache::ExportLayer / ImportLayer semantics and wire layout.
+  // KvCache::ExportLayer / ImportLayer semantics and wire layout (`xxh3`
+  // optional: KvChecksum of the bytes).
   virtual absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
-                                     int begin, int end, std::string* out) {
-    return kv.ExportLayer(seq, layer, begin, end, out);
+                                     int begin, int end, std::string* out,
+                                     uint64_t* xxh3) {
+    return kv.ExportLayer(seq, layer, begin, end, out, xxh3);
   }
   virtual absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer,
                                      int begin, int end,
-                                     absl::string_view bytes) {
-    return kv.ImportLayer(seq, layer, begin, end, bytes);
+                                     absl::string_view bytes, uint64_t* xxh3) {
+    return kv.ImportLayer(seq, layer, begin, end, bytes, xxh3);
   }
 };
 

@@ -216,13 +216,13 @@ absl::Status Engine::Forward(
 }
 
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
-                                   std::string* out) const {
-  return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out);
+                                   std::string* out, uint64_t* xxh3) const {
+  return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out, xxh3);
 }
 
 absl::Status Engine::ImportLayerKv(SeqId seq, int layer, int begin, int end,
-                                   absl::string_view bytes) {
-  return runner_->ImportLayerKv(*kv_, seq, layer, begin, end, bytes);
+                                   absl::string_view bytes, uint64_t* xxh3) {
+  return runner_->ImportLayerKv(*kv_, seq, layer, begin, end, bytes, xxh3);
 }
 
 absl::Status Engine::SetSequenceLength(SeqId seq, int length) {

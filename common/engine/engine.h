@@ -123,11 +123,12 @@ class Engine {
       const std::function<void(int layer)>& on_layer_done = nullptr);
 
   // KV wire access, per layer, tokens [begin, end): K bytes then V bytes,
-  // each [tokens][kv_heads][head_dim] in the KV dtype.
+  // each [tokens][kv_heads][head_dim] in the KV dtype. `xxh3` (optional):
+  // KvChecksum of the bytes, computed on the way (KvCache::ExportLayer).
   absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
-                             std::string* out) const;
+                             std::string* out, uint64_t* xxh3 = nullptr) const;
   absl::Status ImportLayerKv(SeqId seq, int layer, int begin, int end,
-                             absl::string_view bytes);
+                             absl::string_view bytes, uint64_t* xxh3 = nullptr);
   // Sets the length after importing all layers (capacity must cover it).
   absl::Status SetSequenceLength(SeqId seq, int length);
 

@@ -311,7 +311,7 @@ void KvCache::WriteRowAt(const std::vector<int32_t>& table, int layer, int kv,
 }
 
 void KvCache::WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
-                          int pos, int n, const char* rows) {
+                          int pos, int n, const char* rows, Xxh3Stream* hash) {
   const kv_internal::TileGeometry g = Geometry();
   const int bs = layout_.block_size;
   for (const int end = pos + n; pos < end;) {
@@ -319,6 +319,7 @@ void KvCache::WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
     const int count = std::min(end - pos, bs - offset);
     kv_internal::RowsToTiles(g, kv == 0, offset, offset + count, rows,
                              Tile(table[pos / bs], layer, kv, 0));
+    if (hash != nullptr) hash->Update(rows, count * row_bytes_);
     rows += count * row_bytes_;
     pos += count;
   }
@@ -331,7 +332,7 @@ void KvCache::ReadRowAt(const std::vector<int32_t>& table, int layer, int kv,
 }
 
 absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
-                                  std::string* out) const {
+                                  std::string* out, uint64_t* xxh3) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
@@ -351,6 +352,7 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
   const kv_internal::TileGeometry g = Geometry();
   const std::vector<int32_t>& table = it->second.blocks;
   const int bs = layout_.block_size;
+  Xxh3Stream hash;
   for (int kv = 0; kv < 2; ++kv) {
     // Block by block: one block's tiles stay in cache while its rows are
     // written.
@@ -359,15 +361,17 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
       const int count = std::min(end - pos, bs - offset);
       kv_internal::TilesToRows(g, kv == 0, Tile(table[pos / bs], layer, kv, 0),
                                offset, offset + count, dst);
+      if (xxh3 != nullptr) hash.Update(dst, count * row_bytes_);
       dst += count * row_bytes_;
       pos += count;
     }
   }
+  if (xxh3 != nullptr) *xxh3 = hash.Digest();
   return absl::OkStatus();
 }
 
 absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
-                                  absl::string_view bytes) {
+                                  absl::string_view bytes, uint64_t* xxh3) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
@@ -397,10 +401,13 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
         absl::StrCat("KV import of ", n, " tokens expects ", 2 * n * row_bytes_,
                      " bytes, got ", bytes.size()));
   }
+  Xxh3Stream hash;
   for (int kv = 0; kv < 2; ++kv) {
     WriteRowsAt(it->second.blocks, layer, kv, begin, static_cast<int>(n),
-                bytes.data() + kv * n * row_bytes_);
+                bytes.data() + kv * n * row_bytes_,
+                xxh3 != nullptr ? &hash : nullptr);
   }
+  if (xxh3 != nullptr) *xxh3 = hash.Digest();
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@
 #include "common/kv/kv_tile_copy.h"
 #include "common/kv/prefix_hash.h"
 #include "common/model/dtype.h"
+#include "common/util/checksum.h"
 
 namespace pdserve {
 
@@ -142,8 +143,11 @@ class KvCache {
   // Rows of positions [pos, pos + n) (< capacity; consecutive rows,
   // row_bytes() apart), block by block: whole blocks take the fast
   // transposes of kv_tile_copy.h.
+  // `hash` (optional) takes the rows' bytes in order, each block's right
+  // after they were read.
   void WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
-                   int pos, int n, const char* rows);
+                   int pos, int n, const char* rows,
+                   Xxh3Stream* hash = nullptr);
   void ReadRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
                  char* row) const;
   void WriteRow(SeqId seq, int layer, int kv, int pos, const char* row) {
@@ -155,13 +159,19 @@ class KvCache {
 
   // Wire layout, tokens [begin, end) of one layer: K bytes
   // then V bytes, each [tokens][kv_heads][head_dim] in the KV dtype,
-  // whatever the pool's block size and in-pool layout.
+  // whatever the pool's block size and in-pool layout. `xxh3` (optional):
+  // set to KvChecksum of the bytes, hashed block by block as they are
+  // written (in cache: no pass of its own).
   absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
-                           std::string* out) const;
+                           std::string* out, uint64_t* xxh3 = nullptr) const;
   // Writes the same layout; capacity must cover `end` (call Reserve first);
   // FAILED_PRECONDITION for a range touching a registered (immutable) block.
+  // `xxh3` (optional): set to KvChecksum of `bytes`, hashed block by block
+  // as they are read (a caller verifying a pushed chunk this way imports
+  // before it knows: the bytes land only in blocks of the sequence being
+  // imported, which it frees on a mismatch).
   absl::Status ImportLayer(SeqId seq, int layer, int begin, int end,
-                           absl::string_view bytes);
+                           absl::string_view bytes, uint64_t* xxh3 = nullptr);
 
  private:
   struct Sequence {

@@ -240,12 +240,19 @@ grpc::Status KvTransferService::Push(
         chunk = (*source)->Fetch(msg.chunk_ref(), cancelled);
       }
       if (!chunk.ok()) return fail(chunk.status());
-      s = coverage.Accept(*chunk);
+      // A sink that reads the bytes anyway (the import) hashes them on the
+      // way: the checksum is compared right after, before the chunk counts.
+      const bool sink_hashes = (*sink)->HashesChunks();
+      s = coverage.Accept(*chunk, /*verify_checksum=*/!sink_hashes);
+      if (s.ok()) {
+        uint64_t xxh3 = 0;
+        s = (*sink)->OnChunk(*chunk, sink_hashes ? &xxh3 : nullptr);
+        if (s.ok() && sink_hashes) s = KvCoverage::VerifyChecksum(*chunk, xxh3);
+      }
       if (absl::IsDataLoss(s)) {
         counters_.checksum_failures.fetch_add(1);
         (*sink)->OnChecksumFailure();
       }
-      if (s.ok()) s = (*sink)->OnChunk(*chunk);
       if (!s.ok()) return fail(s);
       counters_.bytes.fetch_add(static_cast<int64_t>(chunk->data.size()));
     } else if (msg.has_commit()) {

@@ -64,9 +64,16 @@ class KvSender {
 class KvSink {
  public:
   virtual ~KvSink() = default;
-  // Chunks have passed KvCoverage::Accept (order, size, checksum). The bytes
-  // are valid during the call only (they may be in shared memory).
-  virtual absl::Status OnChunk(const KvChunkView& chunk) = 0;
+  // Chunks have passed KvCoverage::Accept: order, size and (when `xxh3` is
+  // null) checksum. The bytes are valid during the call only (they may be
+  // in shared memory). A sink whose HashesChunks() is true gets `xxh3` and
+  // sets it to KvChecksum(chunk.data), hashed while it reads the bytes
+  // anyway (the import): the caller then fails the push with DATA_LOSS on a
+  // mismatch, after the call, so such a sink must keep a chunk's bytes
+  // where only a committed push makes them count (OnAbort discards them).
+  virtual absl::Status OnChunk(const KvChunkView& chunk, uint64_t* xxh3) = 0;
+  // Whether OnChunk hashes the bytes (saves the caller a pass over them).
+  virtual bool HashesChunks() const { return false; }
   // Every chunk arrived; `transfer_seconds` from the header to now.
   virtual absl::Status OnCommit(const pb::KvCommit& commit,
                                 double transfer_seconds) = 0;

@@ -113,7 +113,16 @@ int64_t KvCoverage::expected_bytes() const {
   return layout_.BytesPerTokenPerLayer() * num_tokens_ * layout_.num_layers;
 }
 
-absl::Status KvCoverage::Accept(const KvChunkView& chunk) {
+absl::Status KvCoverage::VerifyChecksum(const KvChunkView& chunk,
+                                        uint64_t computed) {
+  if (computed == chunk.xxh3) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(
+      "KV chunk checksum mismatch (layer ", chunk.layer, ", tokens [",
+      chunk.token_begin, ", ", chunk.token_end, "))"));
+}
+
+absl::Status KvCoverage::Accept(const KvChunkView& chunk,
+                                bool verify_checksum) {
   if (chunk.layer < 0 || chunk.layer >= layout_.num_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV chunk: layer ", chunk.layer, " out of range"));
@@ -132,10 +141,11 @@ absl::Status KvCoverage::Accept(const KvChunkView& chunk) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV chunk: ", chunk.data.size(), " bytes, expected ", want));
   }
-  if (KvChecksum(chunk.data) != chunk.xxh3) {
-    return absl::DataLossError(absl::StrCat(
-        "KV chunk checksum mismatch (layer ", chunk.layer, ", tokens [",
-        chunk.token_begin, ", ", chunk.token_end, "))"));
+  if (verify_checksum) {
+    if (absl::Status s = VerifyChecksum(chunk, KvChecksum(chunk.data));
+        !s.ok()) {
+      return s;
+    }
   }
   next = chunk.token_end;
   if (next == num_tokens_) ++complete_layers_;

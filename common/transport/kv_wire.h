@@ -72,11 +72,16 @@ class KvCoverage {
  public:
   KvCoverage(const KvLayout& layout, int num_tokens);
   // INVALID_ARGUMENT for a chunk out of range/order or of the wrong size;
-  // DATA_LOSS when its checksum does not match its bytes. Records it on OK.
-  absl::Status Accept(const KvChunkView& chunk);
+  // DATA_LOSS when its checksum does not match its bytes (checked unless
+  // `verify_checksum` is false: the caller then compares a checksum it
+  // computed on the way, see VerifyChecksum). Records it on OK.
+  absl::Status Accept(const KvChunkView& chunk, bool verify_checksum = true);
   absl::Status Accept(const pb::KvChunk& chunk) {
     return Accept(KvChunkView::Of(chunk));
   }
+  // DATA_LOSS unless `computed` (KvChecksum of chunk.data) is the chunk's.
+  static absl::Status VerifyChecksum(const KvChunkView& chunk,
+                                     uint64_t computed);
   bool complete() const { return complete_layers_ == layout_.num_layers; }
   int64_t bytes() const { return bytes_; }
   // Total bytes of a complete push.

@@ -9,10 +9,30 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/util/checksum.h"
+
 namespace pdserve::checksum_internal {
 
 uint64_t Xxh3Avx2(const void* data, size_t size) {
   return XXH3_64bits(data, size);
 }
+
+static_assert(sizeof(XXH3_state_t) <= Xxh3Stream::kStateBytes &&
+              alignof(XXH3_state_t) <= 64);
+
+namespace {
+void ResetAvx2(void* state) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state));
+}
+void UpdateAvx2(void* state, const void* data, size_t size) {
+  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, size);
+}
+uint64_t DigestAvx2(const void* state) {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
+}
+}  // namespace
+
+extern const Xxh3StreamFns kXxh3StreamAvx2Impl{&ResetAvx2, &UpdateAvx2,
+                                               &DigestAvx2};
 
 }  // namespace pdserve::checksum_internal

@@ -6,9 +6,11 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -55,6 +57,56 @@ TEST(Xxh3, Avx2CodeEqualsBaseline) {
     ASSERT_EQ(checksum_internal::kXxh3Avx2(data.data() + 5, n),
               checksum_internal::Xxh3Baseline(data.data() + 5, n))
         << n;
+  }
+}
+
+// Pieces of every split an import or export makes (rows, blocks, odd
+// sizes, empty pieces) hash to Xxh3 of the whole, through both
+// implementations' incremental functions.
+TEST(Xxh3Stream, PiecesHashLikeTheWhole) {
+  const std::string data = RandomBytes((size_t{4} << 20) + 64, 17);
+  std::mt19937_64 rng(5);
+  for (size_t n : Lengths()) {
+    for (size_t max_piece : {size_t{1}, size_t{7}, size_t{256}, size_t{3072},
+                             size_t{49152}, n + 1}) {
+      if (max_piece < 64 && n > 4096) continue;  // slow, nothing new
+      Xxh3Stream stream;
+      std::vector<std::pair<size_t, size_t>> pieces;
+      for (size_t at = 0; at < n;) {
+        const size_t len = std::min(n - at, 1 + rng() % max_piece);
+        pieces.emplace_back(at, len);
+        at += len;
+      }
+      for (auto [at, len] : pieces) {
+        stream.Update(data.data() + 3 + at, len);
+        stream.Update(data.data(), 0);
+      }
+      ASSERT_EQ(stream.Digest(), XXH3_64bits(data.data() + 3, n))
+          << n << " in pieces of <= " << max_piece;
+    }
+  }
+  for (const checksum_internal::Xxh3StreamFns* fns :
+       {&checksum_internal::kXxh3StreamBaseline,
+        checksum_internal::kXxh3StreamAvx2}) {
+    if (fns == nullptr) continue;
+    alignas(64) unsigned char state[Xxh3Stream::kStateBytes];
+    fns->reset(state);
+    fns->update(state, data.data(), 1000);
+    fns->update(state, data.data() + 1000, data.size() - 1000);
+    EXPECT_EQ(fns->digest(state), XXH3_64bits(data.data(), data.size()));
+  }
+}
+
+TEST(Xxh3Stream, CopyWithXxh3CopiesAndHashes) {
+  const std::string data = RandomBytes((size_t{4} << 20) + 64, 19);
+  for (size_t n : Lengths()) {
+    std::string out(n + 2, 'x');
+    ASSERT_EQ(CopyWithXxh3(out.data() + 1, data.data() + 1, n),
+              XXH3_64bits(data.data() + 1, n))
+        << n;
+    ASSERT_EQ(out.substr(1, n), data.substr(1, n)) << n;
+    ASSERT_EQ(out.front(), 'x');
+    ASSERT_EQ(out.back(), 'x');
   }
 }
 

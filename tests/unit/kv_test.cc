@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/kv/kv_cache.h"
+#include "common/util/checksum.h"
 #include "common/util/huge_pages.h"
 #include "gtest/gtest.h"
 
@@ -204,7 +205,15 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
           const int64_t n = end - begin;
           std::string wire(2 * n * row, '\0');
           for (char& c : wire) c = static_cast<char>(rng());
-          ASSERT_TRUE(kv->ImportLayer(s, layer, begin, end, wire).ok());
+          // Every other import hashes its bytes on the way.
+          uint64_t imported_xxh3 = 0;
+          const bool hash_import = rng() % 2 == 0;
+          ASSERT_TRUE(kv->ImportLayer(s, layer, begin, end, wire,
+                                      hash_import ? &imported_xxh3 : nullptr)
+                          .ok());
+          if (hash_import) {
+            EXPECT_EQ(imported_xxh3, Xxh3(wire.data(), wire.size()));
+          }
           for (int which = 0; which < 2; ++which) {
             for (int pos = begin; pos < end; ++pos) {
               expect[layer][which][pos] =
@@ -233,6 +242,14 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
           std::string back;
           ASSERT_TRUE(kv->ExportLayer(s, layer, begin, end, &back).ok());
           EXPECT_EQ(back, wire) << "[" << begin << ", " << end << ")";
+          // Hashing on the way changes no byte and gives the bytes' XXH3.
+          std::string hashed;
+          uint64_t exported_xxh3 = 0;
+          ASSERT_TRUE(
+              kv->ExportLayer(s, layer, begin, end, &hashed, &exported_xxh3)
+                  .ok());
+          EXPECT_EQ(hashed, wire);
+          EXPECT_EQ(exported_xxh3, Xxh3(wire.data(), wire.size()));
         }
       }
     }

@@ -140,6 +140,29 @@ TEST_F(GrpcTransportTest, CorruptedChunkIsDataLoss) {
   EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
 }
 
+// A sink that hashes the chunks itself (the decode worker's import): the
+// service skips its own pass, compares right after each OnChunk, and fails
+// the push on a mismatch before its commit, so nothing of it counts.
+TEST_F(GrpcTransportTest, SinkHashingChunksIsVerifiedToo) {
+  factory_.hashes_chunks_ = true;
+  GrpcKvSender good(grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(PushAll(good, "ok", 10, nullptr).ok());
+  EXPECT_TRUE(factory_.Get("ok").committed);
+
+  KvFaultInjection faults;
+  faults.corrupt_chunk = 2;
+  GrpcKvSender sender(grpc::InsecureChannelCredentials(), faults);
+  auto result = PushAll(sender, "bad", 10, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
+  auto rec = factory_.Get("bad");
+  EXPECT_FALSE(rec.committed);
+  EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
+  // The sink saw the bad chunk (it hashed it), and nothing after it.
+  EXPECT_EQ(rec.chunks.size(), 3u);
+  EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
+}
+
 TEST_F(GrpcTransportTest, OtherModelIsRefused) {
   GrpcKvSender sender(grpc::InsecureChannelCredentials());
   auto result = PushAll(sender, "other", 4, nullptr, "model-b");

@@ -59,7 +59,8 @@ class RecordingFactory : public KvSinkFactory {
   class Sink : public KvSink {
    public:
     Sink(RecordingFactory* f, std::string id) : f_(f), id_(std::move(id)) {}
-    absl::Status OnChunk(const KvChunkView& chunk) override {
+    absl::Status OnChunk(const KvChunkView& chunk, uint64_t* xxh3) override {
+      if (xxh3 != nullptr) *xxh3 = KvChecksum(chunk.data);
       pb::KvChunk copy;
       copy.set_layer(chunk.layer);
       copy.set_token_begin(chunk.token_begin);
@@ -81,6 +82,8 @@ class RecordingFactory : public KvSinkFactory {
       f_->records_[id_].aborted = status;
     }
 
+    bool HashesChunks() const override { return f_->hashes_chunks_; }
+
    private:
     RecordingFactory* f_;
     std::string id_;
@@ -100,6 +103,9 @@ class RecordingFactory : public KvSinkFactory {
   }
 
   bool refuse_ = false;
+  // Whether the sinks hash chunks themselves (the service then skips its
+  // own pass and compares after OnChunk), as the decode worker's do.
+  bool hashes_chunks_ = false;
 
  private:
   std::string fingerprint_ = "model-a";

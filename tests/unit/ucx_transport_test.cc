@@ -374,6 +374,19 @@ TEST_P(UcxPushTest, CorruptedBytesAreDataLoss) {
   EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
   EXPECT_EQ(service_->counters().ucx_pushes.load(), 1);
   EXPECT_EQ(sender->regions_in_use(), 0);
+
+  // The same with a sink that hashes while importing (the decode worker's):
+  // it saw the bad chunk, which the service then refused.
+  factory_.hashes_chunks_ = true;
+  result = PushAll(*sender, "ucx-bad-hashed", 10, nullptr);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
+  rec = factory_.Get("ucx-bad-hashed");
+  EXPECT_FALSE(rec.committed);
+  EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
+  EXPECT_EQ(rec.chunks.size(), 3u);
+  EXPECT_EQ(service_->counters().checksum_failures.load(), 2);
+  EXPECT_EQ(sender->regions_in_use(), 0);
 }
 
 TEST_P(UcxPushTest, CancelMidPushAbortsTheSinkAndReleasesEverything) {

@@ -22,6 +22,7 @@
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/checksum.h"
 
 namespace pdserve {
 namespace {
@@ -36,12 +37,15 @@ class CopyingSinkFactory : public transport::KvSinkFactory {
   class Sink : public transport::KvSink {
    public:
     explicit Sink(CopyingSinkFactory* f) : f_(f) {}
-    absl::Status OnChunk(const transport::KvChunkView& c) override {
+    // Hashes while copying, as the decode worker's import does.
+    absl::Status OnChunk(const transport::KvChunkView& c,
+                         uint64_t* xxh3) override {
       const int64_t bpt = f_->layout_.BytesPerTokenPerLayer();
       const int64_t at = (int64_t{c.layer} * f_->tokens_ + c.token_begin) * bpt;
-      std::memcpy(f_->dst_->data() + at, c.data.data(), c.data.size());
+      *xxh3 = CopyWithXxh3(f_->dst_->data() + at, c.data.data(), c.data.size());
       return absl::OkStatus();
     }
+    bool HashesChunks() const override { return true; }
     absl::Status OnCommit(const pb::KvCommit&, double) override {
       return absl::OkStatus();
     }

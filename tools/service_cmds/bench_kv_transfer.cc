@@ -23,6 +23,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/checksum.h"
 #include "common/util/malloc_tuning.h"
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
@@ -103,9 +105,11 @@ absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
       c.set_layer(layer);
       c.set_token_begin(b);
       c.set_token_end(e);
-      c.set_data(src.data() + (int64_t{layer} * tokens + b) * bpt,
-                 (e - b) * bpt);
-      transport::SealChunk(&c);
+      // Sealed on the way, as the prefill worker's export does.
+      c.mutable_data()->resize((e - b) * bpt);
+      c.set_xxh3(CopyWithXxh3(c.mutable_data()->data(),
+                              src.data() + (int64_t{layer} * tokens + b) * bpt,
+                              (e - b) * bpt));
       if (absl::Status s = (*stream)->Send(std::move(c)); !s.ok()) return s;
     }
   }
@@ -319,56 +323,75 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
                              static_cast<size_t>((e - b) * bpt));
   };
   if (pool != nullptr) {
-    auto import_all = [&]() -> absl::Status {
+    // `hash`: XXH3 on the way, as the decode worker imports (the sum of
+    // the checksums must then match what P sealed).
+    auto import_all = [&](bool hash) -> absl::Status {
       for (int l = 0; l < layout->num_layers; ++l) {
         for (auto [b, e] : ranges) {
-          absl::Status s =
-              pool->ImportLayer(pool_seq, l, b, e, chunk_of(src, l, b, e));
+          const absl::string_view chunk = chunk_of(src, l, b, e);
+          uint64_t xxh3 = 0;
+          absl::Status s = pool->ImportLayer(pool_seq, l, b, e, chunk,
+                                             hash ? &xxh3 : nullptr);
           if (!s.ok()) return s;
+          if (hash && xxh3 != transport::KvChecksum(chunk)) {
+            return absl::DataLossError("import checksum differs");
+          }
         }
       }
       return absl::OkStatus();
     };
-    if (absl::Status s = import_all(); !s.ok()) return Fail(s.ToString());
-    paths.emplace_back(
-        "kv import (pass)", "", [&, import_all]() -> absl::StatusOr<Sample> {
-          const double c0 = ProcessCpuSeconds();
-          const double t0 = Now();
-          if (absl::Status s = import_all(); !s.ok()) return s;
-          const double dt = Now() - t0;
-          return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
-        });
+    if (absl::Status s = import_all(true); !s.ok()) return Fail(s.ToString());
+    for (bool hash : {false, true}) {
+      paths.emplace_back(
+          hash ? "kv import+xxh3 (pass)" : "kv import (pass)", "",
+          [&, import_all, hash]() -> absl::StatusOr<Sample> {
+            const double c0 = ProcessCpuSeconds();
+            const double t0 = Now();
+            if (absl::Status s = import_all(hash); !s.ok()) return s;
+            const double dt = Now() - t0;
+            return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
+          });
+    }
     // Into per-chunk buffers allocated (and faulted in) before the timing;
     // the bytes (what the imports left in the pool) are checked after it.
-    std::vector<std::string> exported;
+    auto exported = std::make_shared<std::vector<std::string>>();
     for (int l = 0; l < layout->num_layers; ++l) {
-      for (auto [b, e] : ranges) exported.emplace_back((e - b) * bpt, '\0');
+      for (auto [b, e] : ranges) exported->emplace_back((e - b) * bpt, '\0');
     }
-    paths.emplace_back(
-        "kv export (pass)", "",
-        [&, exported]() mutable -> absl::StatusOr<Sample> {
-          const double c0 = ProcessCpuSeconds();
-          const double t0 = Now();
-          size_t i = 0;
-          for (int l = 0; l < layout->num_layers; ++l) {
-            for (auto [b, e] : ranges) {
-              absl::Status s =
-                  pool->ExportLayer(pool_seq, l, b, e, &exported[i++]);
-              if (!s.ok()) return s;
-            }
-          }
-          const double dt = Now() - t0;
-          const double cpu = ProcessCpuSeconds() - c0;
-          i = 0;
-          for (int l = 0; l < layout->num_layers; ++l) {
-            for (auto [b, e] : ranges) {
-              if (exported[i++] != chunk_of(src, l, b, e)) {
-                return absl::DataLossError("exported bytes differ");
+    // `hash`: sealed on the way, as the prefill worker exports.
+    for (bool hash : {false, true}) {
+      paths.emplace_back(
+          hash ? "kv export+xxh3 (pass)" : "kv export (pass)", "",
+          [&, exported, hash]() -> absl::StatusOr<Sample> {
+            std::vector<uint64_t> sums(exported->size());
+            const double c0 = ProcessCpuSeconds();
+            const double t0 = Now();
+            size_t i = 0;
+            for (int l = 0; l < layout->num_layers; ++l) {
+              for (auto [b, e] : ranges) {
+                absl::Status s =
+                    pool->ExportLayer(pool_seq, l, b, e, &(*exported)[i],
+                                      hash ? &sums[i] : nullptr);
+                ++i;
+                if (!s.ok()) return s;
               }
             }
-          }
-          return Sample{bytes / dt / 1e9, cpu};
-        });
+            const double dt = Now() - t0;
+            const double cpu = ProcessCpuSeconds() - c0;
+            i = 0;
+            for (int l = 0; l < layout->num_layers; ++l) {
+              for (auto [b, e] : ranges) {
+                const absl::string_view want = chunk_of(src, l, b, e);
+                if ((*exported)[i] != want ||
+                    (hash && sums[i] != transport::KvChecksum(want))) {
+                  return absl::DataLossError("exported bytes differ");
+                }
+                ++i;
+              }
+            }
+            return Sample{bytes / dt / 1e9, cpu};
+          });
+    }
     paths.emplace_back("xxh3 (pass)", "", [&]() -> absl::StatusOr<Sample> {
       const double c0 = ProcessCpuSeconds();
       const double t0 = Now();

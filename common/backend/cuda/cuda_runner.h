@@ -45,9 +45,11 @@ class CudaRunner : public ModelRunner {
   int num_threads() const override { return 1; }
   absl::Status AttachKvPool(const KvCache& kv) override;
   absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer, int begin,
-                             int end, std::string* out) override;
+                             int end, std::string* out,
+                             uint64_t* xxh3) override;
   absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer, int begin,
-                             int end, absl::string_view bytes) override;
+                             int end, absl::string_view bytes,
+                             uint64_t* xxh3) override;
 
  private:
   struct Layer {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/backend/cuda/cuda_runner.h"
+#include "common/util/checksum.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -78,7 +79,8 @@ absl::Status CudaRunner::CopyRows(const std::vector<int32_t>& table, int layer,
 }
 
 absl::Status CudaRunner::ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
-                                       int begin, int end, std::string* out) {
+                                       int begin, int end, std::string* out,
+                                       uint64_t* xxh3) {
   const std::vector<int32_t>* table = kv.BlockTable(seq);
   if (table == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
@@ -89,16 +91,22 @@ absl::Status CudaRunner::ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
   // Called from on_layer_done (the layer's event has completed) or between
   // passes (the compute stream is idle): the rows are final.
   RETURN_IF_ERROR(CopyRows(*table, layer, begin, end, /*to_device=*/false));
-  out->assign(static_cast<const char*>(staging_.get()), bytes);
+  if (xxh3 != nullptr) {
+    out->resize(bytes);
+    *xxh3 = CopyWithXxh3(out->data(), staging_.get(), bytes);
+  } else {
+    out->assign(static_cast<const char*>(staging_.get()), bytes);
+  }
   return absl::OkStatus();
 }
 
 absl::Status CudaRunner::ImportLayerKv(KvCache& kv, SeqId seq, int layer,
                                        int begin, int end,
-                                       absl::string_view bytes) {
+                                       absl::string_view bytes,
+                                       uint64_t* xxh3) {
   // The host pool validates (range, size, immutable prefix blocks) and keeps
   // a host copy; the device mirror then receives the same rows.
-  RETURN_IF_ERROR(kv.ImportLayer(seq, layer, begin, end, bytes));
+  RETURN_IF_ERROR(kv.ImportLayer(seq, layer, begin, end, bytes, xxh3));
   const std::vector<int32_t>* table = kv.BlockTable(seq);
   RETURN_IF_ERROR(EnsureStaging(bytes.size()));
   std::memcpy(staging_.get(), bytes.data(), bytes.size());
