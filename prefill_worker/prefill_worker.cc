@@ -433,16 +433,19 @@ void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
     chunk.set_layer(layer);
     chunk.set_token_begin(b);
     chunk.set_token_end(e);
-    // Sealed on the way: the export hashes the bytes as it writes them.
+    // Into memory the push sends from (UCX: registered, no copy), sealed
+    // on the way: the export hashes the bytes as it writes them.
+    std::unique_ptr<transport::KvChunkBuffer> bytes =
+        push->NewChunkBuffer(layout_.BytesPerTokenPerLayer() * (e - b));
     uint64_t xxh3 = 0;
-    absl::Status s =
-        engine_->ExportLayerKv(seq, layer, b, e, chunk.mutable_data(), &xxh3);
+    absl::Status s = engine_->ExportLayerKv(
+        seq, layer, b, e, absl::MakeSpan(bytes->data(), bytes->size()), &xxh3);
     if (!s.ok()) {
       push->Cancel();
       return;
     }
     chunk.set_xxh3(xxh3);
-    push->Enqueue(std::move(chunk));
+    push->Enqueue(std::move(chunk), std::move(bytes));
   }
 }
 

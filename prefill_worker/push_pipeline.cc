@@ -27,15 +27,17 @@ PushPipeline::~PushPipeline() {
   thread_.join();
 }
 
-void PushPipeline::Enqueue(pb::KvChunk chunk) {
+void PushPipeline::Enqueue(pb::KvChunk chunk,
+                           std::unique_ptr<transport::KvChunkBuffer> bytes) {
+  Queued queued{std::move(chunk), std::move(bytes)};
   absl::MutexLock lock(&mu_);
   auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return queued_bytes_ < kMaxQueuedBytes || cancelled_ || failed_;
   };
   mu_.Await(absl::Condition(&room));
   if (cancelled_ || failed_) return;
-  queued_bytes_ += static_cast<int64_t>(chunk.data().size());
-  chunks_.push_back(std::move(chunk));
+  queued_bytes_ += queued.size();
+  chunks_.push_back(std::move(queued));
 }
 
 void PushPipeline::Commit(pb::KvCommit commit) {
@@ -79,7 +81,7 @@ void PushPipeline::Run() {
     }
   }
   while (status.ok()) {
-    std::optional<pb::KvChunk> chunk;
+    std::optional<Queued> chunk;
     std::optional<pb::KvCommit> commit;
     {
       absl::MutexLock lock(&mu_);
@@ -94,13 +96,16 @@ void PushPipeline::Run() {
       if (!chunks_.empty()) {
         chunk = std::move(chunks_.front());
         chunks_.pop_front();
-        queued_bytes_ -= static_cast<int64_t>(chunk->data().size());
+        queued_bytes_ -= chunk->size();
       } else {
         commit = *commit_;
       }
     }
     if (chunk.has_value()) {
-      status = stream_->Send(*std::move(chunk));
+      status = chunk->bytes != nullptr
+                   ? stream_->SendBuffer(std::move(chunk->chunk),
+                                         std::move(chunk->bytes))
+                   : stream_->Send(std::move(chunk->chunk));
       continue;
     }
     auto result = stream_->Commit(*commit);

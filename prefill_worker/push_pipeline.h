@@ -43,7 +43,15 @@ class PushPipeline {
                PushCounters* counters);
   ~PushPipeline();  // cancels if unfinished, joins
 
-  void Enqueue(pb::KvChunk chunk);
+  // Memory to export a chunk of `bytes` into (the sender's: registered
+  // memory UCX sends in place, or a string); any thread.
+  std::unique_ptr<transport::KvChunkBuffer> NewChunkBuffer(int64_t bytes) {
+    return sender_->NewChunkBuffer(target_, bytes);
+  }
+  // `chunk`, sealed; its bytes in chunk.data(), or in `bytes` (from
+  // NewChunkBuffer) with chunk.data() empty.
+  void Enqueue(pb::KvChunk chunk,
+               std::unique_ptr<transport::KvChunkBuffer> bytes = nullptr);
   void Commit(pb::KvCommit commit);
   // Aborts the push (the decode worker frees what it reserved); counted as a
   // failed push (reason: the status the push ended with).
@@ -63,7 +71,15 @@ class PushPipeline {
   PushCounters* const counters_;
 
   mutable absl::Mutex mu_;
-  std::deque<pb::KvChunk> chunks_ ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    pb::KvChunk chunk;
+    std::unique_ptr<transport::KvChunkBuffer> bytes;  // or in chunk.data()
+    int64_t size() const {
+      return bytes != nullptr ? bytes->size()
+                              : static_cast<int64_t>(chunk.data().size());
+    }
+  };
+  std::deque<Queued> chunks_ ABSL_GUARDED_BY(mu_);
   int64_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   std::optional<pb::KvCommit> commit_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;

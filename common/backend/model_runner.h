@@ -63,7 +63,7 @@ class ModelRunner {
   // KvCache::ExportLayer / ImportLayer semantics and wire layout (`xxh3`
   // optional: KvChecksum of the bytes).
   virtual absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
-                                     int begin, int end, std::string* out,
+                                     int begin, int end, absl::Span<char> out,
                                      uint64_t* xxh3) {
     return kv.ExportLayer(seq, layer, begin, end, out, xxh3);
   }

@@ -217,6 +217,14 @@ absl::Status Engine::Forward(
 
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
                                    std::string* out, uint64_t* xxh3) const {
+  out->resize(end > begin
+                  ? kv_->layout().BytesPerTokenPerLayer() * int64_t{end - begin}
+                  : 0);
+  return ExportLayerKv(seq, layer, begin, end, absl::MakeSpan(*out), xxh3);
+}
+
+absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
+                                   absl::Span<char> out, uint64_t* xxh3) const {
   return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out, xxh3);
 }
 

@@ -127,6 +127,11 @@ class Engine {
   // KvChecksum of the bytes, computed on the way (KvCache::ExportLayer).
   absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
                              std::string* out, uint64_t* xxh3 = nullptr) const;
+  // Into `out` of exactly kv_layout().BytesPerTokenPerLayer() * (end -
+  // begin) bytes (memory the KV transport registered, for one).
+  absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
+                             absl::Span<char> out,
+                             uint64_t* xxh3 = nullptr) const;
   absl::Status ImportLayerKv(SeqId seq, int layer, int begin, int end,
                              absl::string_view bytes, uint64_t* xxh3 = nullptr);
   // Sets the length after importing all layers (capacity must cover it).

@@ -333,6 +333,12 @@ void KvCache::ReadRowAt(const std::vector<int32_t>& table, int layer, int kv,
 
 absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
                                   std::string* out, uint64_t* xxh3) const {
+  out->resize(end > begin ? 2 * int64_t{end - begin} * row_bytes_ : 0);
+  return ExportLayer(seq, layer, begin, end, absl::MakeSpan(*out), xxh3);
+}
+
+absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
+                                  absl::Span<char> out, uint64_t* xxh3) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
@@ -347,8 +353,12 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
                                               it->second.length, " tokens"));
   }
   const int64_t n = end - begin;
-  out->resize(2 * n * row_bytes_);
-  char* dst = out->data();
+  if (static_cast<int64_t>(out.size()) != 2 * n * row_bytes_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV export of ", n, " tokens needs ", 2 * n * row_bytes_,
+                     " bytes, got a buffer of ", out.size()));
+  }
+  char* dst = out.data();
   const kv_internal::TileGeometry g = Geometry();
   const std::vector<int32_t>& table = it->second.blocks;
   const int bs = layout_.block_size;

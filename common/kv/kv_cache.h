@@ -164,6 +164,12 @@ class KvCache {
   // written (in cache: no pass of its own).
   absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
                            std::string* out, uint64_t* xxh3 = nullptr) const;
+  // The same into `out`, which must be exactly 2 * (end - begin) *
+  // row_bytes() long (INVALID_ARGUMENT otherwise): memory the caller
+  // provides, e.g. registered with the KV transport.
+  absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
+                           absl::Span<char> out,
+                           uint64_t* xxh3 = nullptr) const;
   // Writes the same layout; capacity must cover `end` (call Reserve first);
   // FAILED_PRECONDITION for a range touching a registered (immutable) block.
   // `xxh3` (optional): set to KvChecksum of `bytes`, hashed block by block

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -26,6 +27,32 @@ struct KvPushResult {
   std::string transport = "grpc";  // "grpc" | "ucx": how the bytes went
 };
 
+// The memory one outgoing chunk's bytes are written into before it is
+// sent (KvSender::NewChunkBuffer): memory the transport registered and
+// sends in place (UCX), or a string that becomes the chunk's data without a
+// copy. Thread-compatible; passed from the exporting thread to the push.
+class KvChunkBuffer {
+ public:
+  virtual ~KvChunkBuffer() = default;
+  virtual char* data() = 0;
+  virtual int64_t size() const = 0;
+  // The bytes as a string: moved out when they are one, else copied.
+  virtual std::string TakeBytes() = 0;
+};
+
+// A KvChunkBuffer that is a string.
+class StringChunkBuffer : public KvChunkBuffer {
+ public:
+  explicit StringChunkBuffer(int64_t bytes)
+      : bytes_(static_cast<size_t>(bytes), '\0') {}
+  char* data() override { return bytes_.data(); }
+  int64_t size() const override { return static_cast<int64_t>(bytes_.size()); }
+  std::string TakeBytes() override { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+};
+
 // One sequence's push. Send chunks in per-layer token order, then Commit.
 class KvPushStream {
  public:
@@ -33,6 +60,15 @@ class KvPushStream {
   // Takes the chunk (sealed by the caller with SealChunk). A failed stream
   // keeps failing with the first error.
   virtual absl::Status Send(pb::KvChunk chunk) = 0;
+  // Send for a chunk whose bytes are in `bytes` (from the sender's
+  // NewChunkBuffer; `chunk` carries the rest, its checksum included). A
+  // transport that registered the buffer sends it in place; the default
+  // makes it the chunk's data.
+  virtual absl::Status SendBuffer(pb::KvChunk chunk,
+                                  std::unique_ptr<KvChunkBuffer> bytes) {
+    chunk.set_data(bytes->TakeBytes());
+    return Send(std::move(chunk));
+  }
   // Sends the commit and waits for D's acknowledgement.
   virtual absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) = 0;
   // Aborts the push (D frees what it reserved). Thread-safe, idempotent.
@@ -56,6 +92,12 @@ class KvSender {
   virtual absl::StatusOr<std::unique_ptr<KvPushStream>> Open(
       const std::string& target, const pb::KvHeader& header,
       absl::Time deadline) = 0;
+  // Memory for a chunk of `bytes` to be pushed to `target` (export into it,
+  // then SendBuffer): what this transport sends from without a copy.
+  virtual std::unique_ptr<KvChunkBuffer> NewChunkBuffer(
+      const std::string& target, int64_t bytes) {
+    return std::make_unique<StringChunkBuffer>(bytes);
+  }
 };
 
 // The receiving end of one push, implemented by the decode worker. Methods

@@ -59,7 +59,7 @@ void FillUcxStatus(const UcxStats& stats, pb::WorkerStatusResponse* r) {
 }
 
 UcxStats KvSendTransports::ucx_stats() const {
-  return StatsOf(worker_.get(), ucx_ != nullptr ? ucx_->regions_in_use() : 0);
+  return StatsOf(worker_.get(), ucx_ != nullptr ? ucx_->pushes_in_flight() : 0);
 }
 
 UcxStats KvReceiveTransports::ucx_stats() const {

@@ -26,6 +26,39 @@ uint64_t RandomTagPrefix() {
   return v & ~UcxKvReceiver::kChunkMask;
 }
 
+}  // namespace
+
+// A chunk buffer that is a pooled region registered with the sender's
+// worker: its push sends it in place (no copy into the ring). The region
+// goes back to the pool when the buffer dies, or when its send ended
+// (Release). Thread-compatible.
+class UcxChunkBuffer : public KvChunkBuffer {
+ public:
+  UcxChunkBuffer(UcxKvSender* sender, std::unique_ptr<UcxRegion> region,
+                 int64_t size)
+      : sender_(sender), region_(std::move(region)), size_(size) {}
+  ~UcxChunkBuffer() override { Release(true); }
+  char* data() override { return region_->data(); }
+  int64_t size() const override { return size_; }
+  std::string TakeBytes() override {
+    return std::string(region_->data(), static_cast<size_t>(size_));
+  }
+  UcxKvSender* sender() const { return sender_; }
+  const UcxRegion& region() const { return *region_; }
+  // Back to the pool; `clean`: nobody reads it any more (its send
+  // succeeded, or it was never sent), else it is quarantined.
+  void Release(bool clean) {
+    if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), clean);
+  }
+
+ private:
+  UcxKvSender* const sender_;
+  std::unique_ptr<UcxRegion> region_;
+  const int64_t size_;
+};
+
+namespace {
+
 // One push through a UCX export ring. Send/Commit run on one thread;
 // Cancel may come from any thread. Each chunk is copied into the next slot
 // of the ring, announced on the push stream (KvChunkRef with its tag), then
@@ -53,7 +86,9 @@ class UcxKvPushStream : public KvPushStream {
         slot_bytes_(slot_bytes),
         ring_(std::move(ring)),
         connection_(std::move(connection)),
-        call_(sender->grpc()->ChannelFor(target_), deadline) {}
+        call_(sender->grpc()->ChannelFor(target_), deadline) {
+    sender_->PushBegan();
+  }
 
   ~UcxKvPushStream() override {
     // A push that did not commit: D may be gone. That holds for a cancelled
@@ -72,12 +107,16 @@ class UcxKvPushStream : public KvPushStream {
       if (!SendsDone(absl::Seconds(2))) {
         // UCX 1.13 does not end a rendezvous with a dead peer over shared
         // memory even on a closed endpoint; nobody reads the ring now.
-        for (UcxSendOp& op : sends_) op.Abandon();
+        for (PendingSend& p : sends_) {
+          p.op.Abandon();
+          if (p.buffer != nullptr) p.buffer->Release(false);
+        }
         sends_.clear();
       }
     }
     connection_.reset();
     if (ring_ != nullptr) sender_->ReturnRegion(std::move(ring_), false);
+    sender_->PushEnded();
   }
 
   absl::Status Start() {
@@ -91,35 +130,79 @@ class UcxKvPushStream : public KvPushStream {
   }
 
   absl::Status Send(pb::KvChunk chunk) override {
+    return Post(chunk, static_cast<int64_t>(chunk.data().size()), nullptr);
+  }
+
+  // A buffer from this sender is sent in place; any other becomes the
+  // chunk's data (copied into the ring).
+  absl::Status SendBuffer(pb::KvChunk chunk,
+                          std::unique_ptr<KvChunkBuffer> bytes) override {
+    auto* own = dynamic_cast<UcxChunkBuffer*>(bytes.get());
+    if (own == nullptr || own->sender() != sender_) {
+      return KvPushStream::SendBuffer(std::move(chunk), std::move(bytes));
+    }
+    bytes.release();
+    std::unique_ptr<UcxChunkBuffer> buffer(own);
+    const int64_t n = buffer->size();
+    return Post(chunk, n, std::move(buffer));
+  }
+
+ private:
+  // A posted send and, for a chunk sent in place, its buffer.
+  struct PendingSend {
+    UcxSendOp op;
+    std::unique_ptr<UcxChunkBuffer> buffer;
+  };
+
+  // Ends the oldest pending send, which is done: its buffer goes back to
+  // the pool (quarantined unless the send succeeded).
+  absl::Status PopSend() {
+    PendingSend& p = sends_.front();
+    absl::Status s = p.op.status();
+    if (p.buffer != nullptr) p.buffer->Release(s.ok());
+    sends_.pop_front();
+    return s;
+  }
+
+  // Sends `n` bytes: `buffer`'s in place, else chunk.data() copied into
+  // the next ring slot.
+  absl::Status Post(const pb::KvChunk& chunk, int64_t n,
+                    std::unique_ptr<UcxChunkBuffer> buffer) {
     if (!error_.ok()) return error_;
     const int index = chunks_sent_++;
     if (faults_.stop_after_chunks >= 0 && index >= faults_.stop_after_chunks) {
       stalled_ = true;  // test-only: the push never completes
       return absl::OkStatus();
     }
-    const int64_t n = static_cast<int64_t>(chunk.data().size());
-    if (n > slot_bytes_ ||
+    if ((buffer == nullptr && n > slot_bytes_) ||
         index > static_cast<int>(UcxKvReceiver::kChunkMask)) {
       return Fail(absl::InternalError(
           absl::StrCat("KV chunk ", index, " of ", n,
                        " bytes does not fit a UCX slot of ", slot_bytes_)));
     }
-    // The slot's previous chunk (kSlots back) must have reached D.
+    // At most kSlots sends in flight: a ring slot's previous chunk (kSlots
+    // back) must have reached D.
     while (static_cast<int>(sends_.size()) >= UcxKvSender::kSlots) {
-      if (!sends_.front().Wait(absl::Milliseconds(100))) {
+      if (!sends_.front().op.Wait(absl::Milliseconds(100))) {
         if (Cancelled() || absl::Now() > deadline_) {
           return Fail(absl::DeadlineExceededError(
               "UCX send not received by the decode worker"));
         }
         continue;
       }
-      absl::Status s = sends_.front().status();
-      sends_.pop_front();
-      if (!s.ok()) return Fail(s);
+      if (absl::Status s = PopSend(); !s.ok()) return Fail(s);
     }
-    const int64_t offset = (index % UcxKvSender::kSlots) * slot_bytes_;
-    char* dst = ring_->data() + offset;
-    std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
+    const UcxRegion* from = ring_.get();
+    int64_t offset = 0;
+    char* dst;
+    if (buffer != nullptr) {
+      from = &buffer->region();
+      dst = buffer->data();
+    } else {
+      offset = (index % UcxKvSender::kSlots) * slot_bytes_;
+      dst = ring_->data() + offset;
+      std::memcpy(dst, chunk.data().data(), static_cast<size_t>(n));
+    }
     if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
     pb::KvPushMessage msg;
     pb::KvChunkRef* ref = msg.mutable_chunk_ref();
@@ -134,12 +217,13 @@ class UcxKvPushStream : public KvPushStream {
     // The reference first: D learns of every message P sent as long as the
     // stream lives (and discards the rest once it failed).
     if (absl::Status s = Fail(call_.Write(msg)); !s.ok()) return s;
-    auto op = sender_->worker()->Send(*connection_, *ring_, offset, n, tag);
+    auto op = sender_->worker()->Send(*connection_, *from, offset, n, tag);
     if (!op.ok()) return Fail(op.status());
-    sends_.push_back(*std::move(op));
+    sends_.push_back(PendingSend{*std::move(op), std::move(buffer)});
     return absl::OkStatus();
   }
 
+ public:
   absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
     if (!error_.ok()) return error_;
     if (stalled_) return Fail(call_.FinishWithoutCommit());
@@ -176,8 +260,8 @@ class UcxKvPushStream : public KvPushStream {
   bool SendsDone(absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     while (!sends_.empty()) {
-      if (!sends_.front().Wait(deadline - absl::Now())) return false;
-      sends_.pop_front();
+      if (!sends_.front().op.Wait(deadline - absl::Now())) return false;
+      PopSend().IgnoreError();
     }
     return true;
   }
@@ -204,7 +288,7 @@ class UcxKvPushStream : public KvPushStream {
   std::unique_ptr<UcxRegion> ring_;
   std::unique_ptr<UcxConnection> connection_;
   KvPushCall call_;
-  std::deque<UcxSendOp> sends_;  // outstanding, oldest first
+  std::deque<PendingSend> sends_;  // outstanding, oldest first
   absl::Status error_;
   int chunks_sent_ = 0;
   bool stalled_ = false;
@@ -293,21 +377,39 @@ void UcxKvSender::ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean) {
   const absl::Time now = absl::Now();
   pool_.push_back(
       Pooled{std::move(region), now, clean ? now : now + options_.quarantine});
-  if (static_cast<int>(pool_.size()) > kMaxPooled) {
-    // Drop the oldest region that nobody can still be reading.
-    for (auto it = pool_.begin(); it != pool_.end(); ++it) {
-      if (now >= it->not_before) {
-        drop = std::move(it->region);
-        pool_.erase(it);
-        break;
-      }
+  int64_t pooled_bytes = 0;
+  for (const Pooled& p : pool_) pooled_bytes += p.region->size();
+  // Drop the oldest regions that nobody can still be reading.
+  std::vector<std::unique_ptr<UcxRegion>> drops;
+  for (auto it = pool_.begin();
+       pooled_bytes > kMaxPooledBytes && it != pool_.end();) {
+    if (now >= it->not_before) {
+      pooled_bytes -= it->region->size();
+      drops.push_back(std::move(it->region));
+      it = pool_.erase(it);
+    } else {
+      ++it;
     }
   }
-  if (drop != nullptr) {
+  if (!drops.empty()) {
     mu_.Unlock();
-    drop.reset();
+    drops.clear();  // unregisters outside the lock
     mu_.Lock();
   }
+}
+
+std::unique_ptr<KvChunkBuffer> UcxKvSender::NewChunkBuffer(
+    const std::string& target, int64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(target);
+    if (bytes <= 0 || (it != peers_.end() && !it->second.usable)) {
+      return KvSender::NewChunkBuffer(target, bytes);  // for the fallback
+    }
+  }
+  auto region = TakeRegion(bytes);
+  if (!region.ok()) return KvSender::NewChunkBuffer(target, bytes);
+  return std::make_unique<UcxChunkBuffer>(this, *std::move(region), bytes);
 }
 
 int UcxKvSender::pooled_regions() {

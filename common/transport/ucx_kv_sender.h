@@ -37,7 +37,8 @@ namespace pdserve::transport {
 
 class UcxKvSender : public KvSender {
  public:
-  static constexpr int kMaxPooled = 4;
+  // Registered memory kept pooled (rings and chunk buffers) at most.
+  static constexpr int64_t kMaxPooledBytes = int64_t{128} << 20;
   // Chunk slots of a push's ring: the sends one push has in flight at most.
   static constexpr int kSlots = 8;
   struct Options {
@@ -58,6 +59,10 @@ class UcxKvSender : public KvSender {
   absl::StatusOr<std::unique_ptr<KvPushStream>> Open(
       const std::string& target, const pb::KvHeader& header,
       absl::Time deadline) override;
+  // A pooled registered region, which a UCX push sends in place; a string
+  // for a target known not to take UCX pushes (or when registering fails).
+  std::unique_ptr<KvChunkBuffer> NewChunkBuffer(const std::string& target,
+                                                int64_t bytes) override;
 
   // Whether `target` accepts UCX pushes (Describe, cached per target;
   // errors: the Describe call failed).
@@ -81,10 +86,15 @@ class UcxKvSender : public KvSender {
   // Back to the pool; `clean`: D acknowledged the push (reusable at once).
   void ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean);
   int pooled_regions();
-  // Regions held by pushes in flight.
+  // Regions held by pushes in flight (rings) and by chunk buffers.
   int regions_in_use() const { return in_use_.load(); }
+  // Pushes over UCX open now.
+  int pushes_in_flight() const { return pushes_.load(); }
 
   GrpcKvSender* grpc() const { return grpc_; }
+  // A UCX push stream began / ended (pushes_in_flight).
+  void PushBegan() { pushes_.fetch_add(1); }
+  void PushEnded() { pushes_.fetch_sub(1); }
   KvSender* fallback() const { return fallback_; }
   UcxWorker* worker() const { return worker_; }
 
@@ -104,6 +114,7 @@ class UcxKvSender : public KvSender {
   KvSender* const fallback_;
   const Options options_;
   std::atomic<int> in_use_{0};
+  std::atomic<int> pushes_{0};
   absl::Mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<Pooled> pool_ ABSL_GUARDED_BY(mu_);

@@ -4,6 +4,7 @@
 #ifndef PDSERVE_TESTS_UNIT_TRANSPORT_TEST_UTIL_H_
 #define PDSERVE_TESTS_UNIT_TRANSPORT_TEST_UTIL_H_
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <random>
@@ -141,11 +142,14 @@ class GrpcTransportTest : public ::testing::Test {
     return h;
   }
 
-  // Pushes all layers of `tokens` tokens in two chunks per layer.
+  // Pushes all layers of `tokens` tokens in chunks of up to 4 tokens;
+  // `in_place`: each chunk's bytes written into the sender's NewChunkBuffer
+  // (SendBuffer), as the prefill worker exports them.
   absl::StatusOr<KvPushResult> PushAll(KvSender& sender, const std::string& id,
                                        int tokens,
                                        std::vector<pb::KvChunk>* sent,
-                                       const std::string& fp = "model-a") {
+                                       const std::string& fp = "model-a",
+                                       bool in_place = false) {
     auto stream = sender.Open(target_, Header(id, tokens, fp),
                               absl::Now() + absl::Seconds(10));
     if (!stream.ok()) return stream.status();
@@ -156,7 +160,16 @@ class GrpcTransportTest : public ::testing::Test {
                                           l.BytesPerTokenPerLayer() * 4)) {
         pb::KvChunk c = MakeChunk(l, layer, b, e, seed++);
         if (sent != nullptr) sent->push_back(c);
-        absl::Status s = (*stream)->Send(std::move(c));
+        absl::Status s;
+        if (in_place) {
+          std::unique_ptr<KvChunkBuffer> bytes = sender.NewChunkBuffer(
+              target_, static_cast<int64_t>(c.data().size()));
+          std::memcpy(bytes->data(), c.data().data(), c.data().size());
+          c.clear_data();
+          s = (*stream)->SendBuffer(std::move(c), std::move(bytes));
+        } else {
+          s = (*stream)->Send(std::move(c));
+        }
         if (!s.ok()) return s;
       }
     }

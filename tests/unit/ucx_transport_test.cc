@@ -389,6 +389,45 @@ TEST_P(UcxPushTest, CorruptedBytesAreDataLoss) {
   EXPECT_EQ(sender->regions_in_use(), 0);
 }
 
+// Chunks exported into the sender's registered buffers go out in place:
+// identical bytes, buffers back to the pool when their sends end (reused
+// by the next push: no new registration), and a corrupted one is
+// DATA_LOSS with every buffer returned.
+TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
+  GrpcKvSender grpc(grpc::InsecureChannelCredentials());
+  auto sender = Sender(&grpc, nullptr);
+  int64_t registrations = 0;
+  for (const std::string id : {"in-place-1", "in-place-2"}) {
+    std::vector<pb::KvChunk> sent;
+    auto result = PushAll(*sender, id, 10, &sent, "model-a", true);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->transport, "ucx");
+    ExpectSame(id, sent);
+    EXPECT_EQ(sender->regions_in_use(), 0);
+    if (registrations == 0) {
+      registrations = p_worker_->counters().registrations.load();
+      // The ring and the buffers of the sends in flight at once.
+      EXPECT_GE(registrations, 2);
+      EXPECT_LE(registrations, 1 + UcxKvSender::kSlots + 1);
+    } else {
+      EXPECT_EQ(p_worker_->counters().registrations.load(), registrations);
+    }
+  }
+  // An unsent buffer goes back too.
+  sender->NewChunkBuffer(target_, 4096).reset();
+  EXPECT_EQ(sender->regions_in_use(), 0);
+
+  KvFaultInjection faults;
+  faults.corrupt_chunk = 2;
+  GrpcKvSender bad_grpc(grpc::InsecureChannelCredentials(), faults);
+  auto bad = Sender(&bad_grpc, nullptr);
+  auto result = PushAll(*bad, "in-place-bad", 10, nullptr, "model-a", true);
+  ASSERT_FALSE(result.ok());
+  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
+  EXPECT_FALSE(factory_.Get("in-place-bad").committed);
+  EXPECT_EQ(bad->regions_in_use(), 0);
+}
+
 TEST_P(UcxPushTest, CancelMidPushAbortsTheSinkAndReleasesEverything) {
   GrpcKvSender grpc(grpc::InsecureChannelCredentials());
   auto sender = Sender(&grpc, nullptr);
@@ -490,6 +529,18 @@ TEST_F(UcxUnreachableTest, PushGoesToTheFallback) {
     EXPECT_EQ(rec.chunks[i].data(), sent[i].data()) << i;
   }
   EXPECT_EQ(service_->counters().ucx_pushes.load(), 0);
+  // Chunks exported into the UCX sender's buffers reach the fallback too.
+  sent.clear();
+  result = PushAll(sender, "fallback-in-place", 10, &sent, "model-a", true);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->transport, "grpc");
+  rec = factory_.Get("fallback-in-place");
+  EXPECT_TRUE(rec.committed);
+  ASSERT_EQ(rec.chunks.size(), sent.size());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    EXPECT_EQ(rec.chunks[i].data(), sent[i].data()) << i;
+  }
+  EXPECT_EQ(sender.regions_in_use(), 0);
   // Without a fallback the push fails at once.
   UcxKvSender strict(&grpc, p_worker.get(), nullptr);
   EXPECT_FALSE(PushAll(strict, "strict", 4, nullptr).ok());

@@ -105,12 +105,18 @@ absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
       c.set_layer(layer);
       c.set_token_begin(b);
       c.set_token_end(e);
-      // Sealed on the way, as the prefill worker's export does.
-      c.mutable_data()->resize((e - b) * bpt);
-      c.set_xxh3(CopyWithXxh3(c.mutable_data()->data(),
+      // Into the sender's memory, sealed on the way, as the prefill
+      // worker's export does.
+      std::unique_ptr<transport::KvChunkBuffer> bytes =
+          sender.NewChunkBuffer(target, (e - b) * bpt);
+      c.set_xxh3(CopyWithXxh3(bytes->data(),
                               src.data() + (int64_t{layer} * tokens + b) * bpt,
                               (e - b) * bpt));
-      if (absl::Status s = (*stream)->Send(std::move(c)); !s.ok()) return s;
+      if (absl::Status s =
+              (*stream)->SendBuffer(std::move(c), std::move(bytes));
+          !s.ok()) {
+        return s;
+      }
     }
   }
   auto result = (*stream)->Commit(pb::KvCommit());

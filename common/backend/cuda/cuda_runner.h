@@ -45,7 +45,7 @@ class CudaRunner : public ModelRunner {
   int num_threads() const override { return 1; }
   absl::Status AttachKvPool(const KvCache& kv) override;
   absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer, int begin,
-                             int end, std::string* out,
+                             int end, absl::Span<char> out,
                              uint64_t* xxh3) override;
   absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer, int begin,
                              int end, absl::string_view bytes,

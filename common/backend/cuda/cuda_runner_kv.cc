@@ -79,7 +79,7 @@ absl::Status CudaRunner::CopyRows(const std::vector<int32_t>& table, int layer,
 }
 
 absl::Status CudaRunner::ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
-                                       int begin, int end, std::string* out,
+                                       int begin, int end, absl::Span<char> out,
                                        uint64_t* xxh3) {
   const std::vector<int32_t>* table = kv.BlockTable(seq);
   if (table == nullptr) {
@@ -87,15 +87,19 @@ absl::Status CudaRunner::ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
   }
   RETURN_IF_ERROR(CheckRange(kv, seq, layer, begin, end, kv.Length(seq)));
   const int64_t bytes = 2 * int64_t{end - begin} * row_bytes_;
+  if (static_cast<int64_t>(out.size()) != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV export of ", end - begin, " tokens needs ", bytes,
+                     " bytes, got a buffer of ", out.size()));
+  }
   RETURN_IF_ERROR(EnsureStaging(bytes));
   // Called from on_layer_done (the layer's event has completed) or between
   // passes (the compute stream is idle): the rows are final.
   RETURN_IF_ERROR(CopyRows(*table, layer, begin, end, /*to_device=*/false));
   if (xxh3 != nullptr) {
-    out->resize(bytes);
-    *xxh3 = CopyWithXxh3(out->data(), staging_.get(), bytes);
+    *xxh3 = CopyWithXxh3(out.data(), staging_.get(), bytes);
   } else {
-    out->assign(static_cast<const char*>(staging_.get()), bytes);
+    std::memcpy(out.data(), staging_.get(), bytes);
   }
   return absl::OkStatus();
 }
