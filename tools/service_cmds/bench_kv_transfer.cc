@@ -331,17 +331,26 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   if (pool != nullptr) {
     // `hash`: XXH3 on the way, as the decode worker imports (the sum of
     // the checksums must then match what P sealed).
-    auto import_all = [&](bool hash) -> absl::Status {
+    // The checksums P sealed, computed before any timing.
+    auto sealed = std::make_shared<std::vector<uint64_t>>();
+    for (int l = 0; l < layout->num_layers; ++l) {
+      for (auto [b, e] : ranges) {
+        sealed->push_back(transport::KvChecksum(chunk_of(src, l, b, e)));
+      }
+    }
+    auto import_all = [&, sealed](bool hash) -> absl::Status {
+      size_t i = 0;
       for (int l = 0; l < layout->num_layers; ++l) {
         for (auto [b, e] : ranges) {
-          const absl::string_view chunk = chunk_of(src, l, b, e);
           uint64_t xxh3 = 0;
-          absl::Status s = pool->ImportLayer(pool_seq, l, b, e, chunk,
-                                             hash ? &xxh3 : nullptr);
+          absl::Status s =
+              pool->ImportLayer(pool_seq, l, b, e, chunk_of(src, l, b, e),
+                                hash ? &xxh3 : nullptr);
           if (!s.ok()) return s;
-          if (hash && xxh3 != transport::KvChecksum(chunk)) {
+          if (hash && xxh3 != (*sealed)[i]) {
             return absl::DataLossError("import checksum differs");
           }
+          ++i;
         }
       }
       return absl::OkStatus();
