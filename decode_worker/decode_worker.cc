@@ -352,7 +352,7 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   const transport::UcxStats u = kv_transports_->ucx_stats();
   transport::FillUcxStatus(u, r);
   options_.metrics->ucx().Set(u.endpoints, u.registered_bytes, u.transfers,
-                              u.endpoint_errors);
+                              u.endpoint_errors, u.mapped_buffers);
   r->set_lease_expiries(leases_->lease_expiries());
   r->set_requests_completed(completed_.load());
   r->set_requests_cancelled(cancelled_.load());

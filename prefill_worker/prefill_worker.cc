@@ -485,7 +485,7 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
     const transport::UcxStats u = options_.ucx_stats();
     transport::FillUcxStatus(u, r);
     options_.metrics->ucx().Set(u.endpoints, u.registered_bytes, u.transfers,
-                                u.endpoint_errors);
+                                u.endpoint_errors, u.mapped_buffers);
   }
   r->set_requests_completed(completed_.load());
   r->set_requests_cancelled(cancelled_.load());

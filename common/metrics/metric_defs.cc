@@ -115,11 +115,16 @@ constexpr MetricDef kDefs[] = {
      "decode worker it pushes to: closed on a UCX endpoint error, after a "
      "failed push, or after 30 s unused)."},
     {"pdserve_kv_ucx_registered_bytes", kG, "prefill|decode", "role", "bytes",
-     "Memory registered with UCX: a prefill worker's pooled export rings, "
-     "a decode worker's landing buffers (registered once, reused)."},
+     "Memory registered with UCX: a prefill worker's pooled export rings "
+     "and chunk buffers, a decode worker's landing buffers (registered "
+     "once, reused)."},
     {"pdserve_kv_ucx_transfers", kG, "prefill|decode", "role", "pushes",
-     "KV pushes holding UCX resources now (prefill: an export ring; "
-     "decode: a landing buffer)."},
+     "KV pushes holding UCX resources now (prefill: UCX pushes open; "
+     "decode: pushes holding a landing buffer)."},
+    {"pdserve_kv_ucx_mapped_buffers", kG, "prefill|decode", "role", "buffers",
+     "Decode: prefill workers' export buffers mapped into this process "
+     "(same host: chunks imported in place, without a copy); cached while "
+     "reused, dropped after 30 s unused or a failed push. Prefill: 0."},
     {"pdserve_kv_ucx_endpoint_errors_total", kC, "prefill|decode", "role",
      "errors",
      "UCX endpoint errors: a peer worker died or became unreachable (the "

@@ -50,13 +50,17 @@ UcxTransportMetrics::UcxTransportMetrics(prometheus::Registry& registry,
                             .Add(RoleLabel(role))),
       transfers_(GaugeFamily(registry, "pdserve_kv_ucx_transfers")
                      .Add(RoleLabel(role))),
+      mapped_buffers_(GaugeFamily(registry, "pdserve_kv_ucx_mapped_buffers")
+                          .Add(RoleLabel(role))),
       endpoint_errors_(
           CounterFamily(registry, "pdserve_kv_ucx_endpoint_errors_total")
               .Add(RoleLabel(role))) {}
 
 void UcxTransportMetrics::Set(int64_t endpoints, int64_t registered_bytes,
-                              int64_t transfers, int64_t endpoint_errors) {
+                              int64_t transfers, int64_t endpoint_errors,
+                              int64_t mapped_buffers) {
   endpoints_.Set(static_cast<double>(endpoints));
+  mapped_buffers_.Set(static_cast<double>(mapped_buffers));
   registered_bytes_.Set(static_cast<double>(registered_bytes));
   transfers_.Set(static_cast<double>(transfers));
   const int64_t seen = errors_seen_.exchange(endpoint_errors);

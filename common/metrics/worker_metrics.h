@@ -44,12 +44,13 @@ class UcxTransportMetrics {
   // Call from a periodic poll (the worker's Status handler);
   // `endpoint_errors` is cumulative.
   void Set(int64_t endpoints, int64_t registered_bytes, int64_t transfers,
-           int64_t endpoint_errors);
+           int64_t endpoint_errors, int64_t mapped_buffers);
 
  private:
   prometheus::Gauge& endpoints_;
   prometheus::Gauge& registered_bytes_;
   prometheus::Gauge& transfers_;
+  prometheus::Gauge& mapped_buffers_;
   prometheus::Counter& endpoint_errors_;
   std::atomic<int64_t> errors_seen_{0};
 };

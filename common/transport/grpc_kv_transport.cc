@@ -124,13 +124,14 @@ std::shared_ptr<grpc::Channel> GrpcKvSender::ChannelFor(
 }
 
 absl::StatusOr<pb::KvDescribeResponse> GrpcKvSender::Describe(
-    const std::string& target, absl::Time deadline) {
+    const std::string& target, absl::Time deadline,
+    const pb::KvDescribeRequest& request) {
   auto stub = pb::KvTransfer::NewStub(ChannelFor(target));
   grpc::ClientContext context;
   context.set_deadline(
       absl::ToChronoTime(std::min(deadline, absl::Now() + absl::Seconds(10))));
   pb::KvDescribeResponse response;
-  grpc::Status s = stub->Describe(&context, pb::KvDescribeRequest(), &response);
+  grpc::Status s = stub->Describe(&context, request, &response);
   if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
     return pb::KvDescribeResponse();  // accepts inline pushes only
   }
@@ -153,9 +154,9 @@ KvTransferService::KvTransferService(KvSinkFactory* factory,
     : factory_(factory), ucx_(options.ucx) {}
 
 grpc::Status KvTransferService::Describe(grpc::ServerContext*,
-                                         const pb::KvDescribeRequest*,
+                                         const pb::KvDescribeRequest* request,
                                          pb::KvDescribeResponse* response) {
-  if (ucx_ != nullptr) ucx_->Describe(response);
+  if (ucx_ != nullptr) ucx_->Describe(*request, response);
   return grpc::Status::OK;
 }
 

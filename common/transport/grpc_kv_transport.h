@@ -61,8 +61,9 @@ class GrpcKvSender : public KvSender {
   std::shared_ptr<grpc::Channel> ChannelFor(const std::string& target);
   // KvTransfer.Describe of `target` (at most 10 s; an empty answer from a
   // receiver without Describe).
-  absl::StatusOr<pb::KvDescribeResponse> Describe(const std::string& target,
-                                                  absl::Time deadline);
+  absl::StatusOr<pb::KvDescribeResponse> Describe(
+      const std::string& target, absl::Time deadline,
+      const pb::KvDescribeRequest& request = pb::KvDescribeRequest());
   const KvFaultInjection& faults() const { return faults_; }
 
  private:

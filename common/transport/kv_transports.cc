@@ -36,7 +36,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> MaybeUcx(KvTransportMode mode) {
   return nullptr;
 }
 
-UcxStats StatsOf(const UcxWorker* worker, int64_t transfers) {
+UcxStats StatsOf(const UcxWorker* worker, int64_t transfers,
+                 int64_t mapped_buffers = 0) {
   UcxStats s;
   if (worker == nullptr) return s;
   const UcxCounters& c = worker->counters();
@@ -45,6 +46,7 @@ UcxStats StatsOf(const UcxWorker* worker, int64_t transfers) {
   s.endpoint_errors = c.endpoint_errors.load();
   s.operations = c.ops_in_flight.load() - c.ops_abandoned.load();
   s.transfers = transfers;
+  s.mapped_buffers = mapped_buffers;
   return s;
 }
 
@@ -56,6 +58,7 @@ void FillUcxStatus(const UcxStats& stats, pb::WorkerStatusResponse* r) {
   r->set_kv_ucx_registered_bytes(stats.registered_bytes);
   r->set_kv_ucx_endpoint_errors(stats.endpoint_errors);
   r->set_kv_ucx_operations(stats.operations);
+  r->set_kv_ucx_mapped_buffers(stats.mapped_buffers);
 }
 
 UcxStats KvSendTransports::ucx_stats() const {
@@ -63,7 +66,8 @@ UcxStats KvSendTransports::ucx_stats() const {
 }
 
 UcxStats KvReceiveTransports::ucx_stats() const {
-  return StatsOf(worker_.get(), ucx_ != nullptr ? ucx_->active() : 0);
+  if (ucx_ == nullptr) return StatsOf(worker_.get(), 0);
+  return StatsOf(worker_.get(), ucx_->active(), ucx_->mapped_buffers());
 }
 
 absl::StatusOr<std::unique_ptr<KvSendTransports>> KvSendTransports::Create(

@@ -25,6 +25,7 @@ struct UcxStats {
   int64_t endpoints = 0;
   int64_t registered_bytes = 0;
   int64_t transfers = 0;        // pushes holding a region / landing buffer
+  int64_t mapped_buffers = 0;   // decode: P's export buffers mapped here
   int64_t operations = 0;       // sends / receives in flight
   int64_t endpoint_errors = 0;  // cumulative
 };

@@ -1,9 +1,12 @@
 #include "common/transport/ucx_kv_receiver.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/transport/kv_wire.h"
 #include "common/util/logging.h"
 
@@ -73,6 +76,7 @@ class UcxChunkSource : public KvChunkSource {
         landing_(std::move(landing)) {}
 
   ~UcxChunkSource() override {
+    AckInPlace();
     if (reusable_) {
       pool_->Return(std::move(landing_));
     } else {
@@ -91,6 +95,8 @@ class UcxChunkSource : public KvChunkSource {
     if ((ref.ucx_tag() & ~UcxKvReceiver::kChunkMask) != source_.tag_prefix()) {
       return absl::InvalidArgumentError("KV chunk: UCX tag of another push");
     }
+    AckInPlace();
+    if (!ref.ucx_rkey().empty()) return FetchInPlace(ref);
     if (ref.length() < 0 || ref.length() > landing_->size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "KV chunk of ", ref.length(),
@@ -111,14 +117,52 @@ class UcxChunkSource : public KvChunkSource {
         ref.xxh3()};
   }
 
-  void Failed(const absl::Status&) override { receiver_->Abandon(source_); }
+  void Failed(const absl::Status&) override {
+    receiver_->Abandon(source_);
+    receiver_->ForgetPeer(source_.worker_address());
+  }
 
  private:
+  // A chunk P left in its export buffer: the view is P's memory, mapped.
+  absl::StatusOr<KvChunkView> FetchInPlace(const pb::KvChunkRef& ref) {
+    auto memory =
+        receiver_->MapPeerBuffer(source_.worker_address(), ref.ucx_rkey());
+    if (!memory.ok()) return memory.status();
+    const char* bytes =
+        static_cast<const char*>((*memory)->Pointer(ref.address()));
+    auto* ack = static_cast<uint64_t*>((*memory)->Pointer(ref.ack_address()));
+    if (bytes == nullptr || ack == nullptr || ref.length() < 0 ||
+        (reinterpret_cast<uintptr_t>(ack) & 7) != 0) {
+      return absl::InvalidArgumentError(
+          "KV chunk in place: the prefill worker's buffer does not map here");
+    }
+    in_place_ = InPlace{*std::move(memory), ack, ref.ucx_tag()};
+    return KvChunkView{
+        ref.layer(), ref.token_begin(), ref.token_end(),
+        absl::string_view(bytes, static_cast<size_t>(ref.length())),
+        ref.xxh3()};
+  }
+
+  // Tells P that the last chunk fetched in place is no longer read (its
+  // view ends with the next Fetch or this source).
+  void AckInPlace() {
+    if (in_place_.memory == nullptr) return;
+    __atomic_store_n(in_place_.ack, in_place_.tag, __ATOMIC_RELEASE);
+    in_place_ = InPlace();
+  }
+
+  struct InPlace {
+    std::shared_ptr<UcxRemoteMemory> memory;  // null: none pending
+    uint64_t* ack = nullptr;
+    uint64_t tag = 0;
+  };
+
   UcxKvReceiver* const receiver_;
   UcxLandingPool* const pool_;
   const pb::KvUcxSource source_;
   std::unique_ptr<UcxRegion> landing_;
   bool reusable_ = true;
+  InPlace in_place_;
 };
 
 }  // namespace
@@ -127,10 +171,89 @@ UcxKvReceiver::UcxKvReceiver(UcxWorker* worker, int64_t max_chunk_bytes)
     : worker_(worker),
       landing_(worker, std::max(max_chunk_bytes, kKvChunkTargetBytes)) {}
 
-void UcxKvReceiver::Describe(pb::KvDescribeResponse* response) const {
+void UcxKvReceiver::Describe(const pb::KvDescribeRequest& request,
+                             pb::KvDescribeResponse* response) {
   response->set_ucx_worker_address(worker_->address());
   response->set_ucx_host_id(UcxHostId());
   response->set_ucx_transports(worker_->transports());
+  const pb::KvUcxProbe& probe = request.ucx_probe();
+  if (probe.rkey().empty() || probe.nonce().empty() ||
+      probe.host_id() != UcxHostId() ||
+      !UcxTlsAllowsSharedMemory(worker_->transports())) {
+    return;
+  }
+  auto memory = worker_->MapRemote(probe.worker_address(), probe.rkey());
+  if (!memory.ok()) {
+    PDSERVE_LOG_INFO("KV in place: cannot map a prefill worker's memory: %s",
+                     memory.status().ToString());
+    return;
+  }
+  const void* p = (*memory)->Pointer(probe.address());
+  response->set_ucx_in_place(
+      p != nullptr &&
+      std::memcmp(p, probe.nonce().data(), probe.nonce().size()) == 0);
+  // The probe's endpoint is not kept: pushes map P's buffers afresh.
+  (*memory)->connection().CloseWhenUnused();
+}
+
+absl::StatusOr<std::shared_ptr<UcxRemoteMemory>> UcxKvReceiver::MapPeerBuffer(
+    const std::string& peer_address, const std::string& packed_rkey) {
+  const absl::Time now = absl::Now();
+  std::vector<std::shared_ptr<UcxRemoteMemory>> drop;  // released unlocked
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = mappings_.find({peer_address, packed_rkey});
+    if (it != mappings_.end()) {
+      it->second.used = now;
+      return it->second.memory;
+    }
+    for (auto m = mappings_.begin(); m != mappings_.end();) {
+      if (now - m->second.used > kMappingIdle) {
+        drop.push_back(std::move(m->second.memory));
+        m = mappings_.erase(m);
+      } else {
+        ++m;
+      }
+    }
+    while (static_cast<int>(mappings_.size()) >= kMaxMappings) {
+      auto oldest = mappings_.begin();
+      for (auto m = mappings_.begin(); m != mappings_.end(); ++m) {
+        if (m->second.used < oldest->second.used) oldest = m;
+      }
+      drop.push_back(std::move(oldest->second.memory));
+      mappings_.erase(oldest);
+    }
+  }
+  drop.clear();
+  auto memory = worker_->MapRemote(peer_address, packed_rkey);
+  if (!memory.ok()) return memory.status();
+  std::shared_ptr<UcxRemoteMemory> shared = *std::move(memory);
+  absl::MutexLock lock(&mu_);
+  auto [it, fresh] = mappings_.emplace(
+      std::make_pair(peer_address, packed_rkey), Mapping{shared, now});
+  if (!fresh) drop.push_back(std::move(shared));  // mapped meanwhile
+  return it->second.memory;
+}
+
+void UcxKvReceiver::ForgetPeer(const std::string& peer_address) {
+  std::vector<std::shared_ptr<UcxRemoteMemory>> drop;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto m = mappings_.begin(); m != mappings_.end();) {
+      if (m->first.first == peer_address) {
+        m->second.memory->connection().CloseWhenUnused();
+        drop.push_back(std::move(m->second.memory));
+        m = mappings_.erase(m);
+      } else {
+        ++m;
+      }
+    }
+  }
+}
+
+int UcxKvReceiver::mapped_buffers() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(mappings_.size());
 }
 
 absl::StatusOr<std::unique_ptr<KvChunkSource>> UcxKvReceiver::Open(

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,8 +64,24 @@ class UcxKvReceiver {
   // one layer).
   UcxKvReceiver(UcxWorker* worker, int64_t max_chunk_bytes);
 
-  // What Describe advertises: the worker address, host id, transports.
-  void Describe(pb::KvDescribeResponse* response) const;
+  // What Describe advertises: the worker address, host id, transports,
+  // and whether this worker can map the memory of `request`'s probe (a
+  // prefill worker on this host: chunks may then stay in place).
+  void Describe(const pb::KvDescribeRequest& request,
+                pb::KvDescribeResponse* response);
+
+  // A prefill worker's export buffer mapped here (KvChunkRef.ucx_rkey),
+  // cached per worker and key (P pools its buffers): mapping is a system
+  // call and the first touch of each page a fault.
+  absl::StatusOr<std::shared_ptr<UcxRemoteMemory>> MapPeerBuffer(
+      const std::string& peer_address, const std::string& packed_rkey);
+  // Drops the mappings of `peer_address`'s buffers (a push from it failed:
+  // it may be gone) and closes the endpoint to it once unused.
+  void ForgetPeer(const std::string& peer_address);
+  int mapped_buffers();
+  // Mappings unused this long are dropped (at the next MapPeerBuffer).
+  static constexpr absl::Duration kMappingIdle = absl::Seconds(30);
+  static constexpr int kMaxMappings = 512;
 
   // The chunks of a push; INVALID_ARGUMENT for a malformed source.
   absl::StatusOr<std::unique_ptr<KvChunkSource>> Open(
@@ -83,8 +101,17 @@ class UcxKvReceiver {
   int active() const { return landing_.in_use(); }
 
  private:
+  struct Mapping {
+    std::shared_ptr<UcxRemoteMemory> memory;
+    absl::Time used;
+  };
+
   UcxWorker* const worker_;
   UcxLandingPool landing_;
+  absl::Mutex mu_;
+  // By (P's worker address, packed key).
+  std::map<std::pair<std::string, std::string>, Mapping> mappings_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace pdserve::transport

@@ -3,6 +3,7 @@
 #include <sys/random.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <utility>
@@ -45,6 +46,13 @@ class UcxChunkBuffer : public KvChunkBuffer {
   }
   UcxKvSender* sender() const { return sender_; }
   const UcxRegion& region() const { return *region_; }
+  // The word D stores a chunk's tag into when it no longer reads the chunk
+  // in place: after the bytes, 64-byte aligned (NewChunkBuffer leaves room).
+  uint64_t* ack_word() const {
+    return reinterpret_cast<uint64_t*>(region_->data() + AckOffset(size_));
+  }
+  static int64_t AckOffset(int64_t size) { return (size + 63) / 64 * 64; }
+  static constexpr int64_t kAckBytes = 64;
   // Back to the pool; `clean`: nobody reads it any more (its send
   // succeeded, or it was never sent), else it is quarantined.
   void Release(bool clean) {
@@ -76,7 +84,7 @@ class UcxKvPushStream : public KvPushStream {
   UcxKvPushStream(UcxKvSender* sender, std::string target, pb::KvHeader header,
                   absl::Time deadline, int64_t slot_bytes,
                   std::unique_ptr<UcxRegion> ring,
-                  std::unique_ptr<UcxConnection> connection)
+                  std::unique_ptr<UcxConnection> connection, bool in_place)
       : sender_(sender),
         target_(std::move(target)),
         header_(std::move(header)),
@@ -86,7 +94,8 @@ class UcxKvPushStream : public KvPushStream {
         slot_bytes_(slot_bytes),
         ring_(std::move(ring)),
         connection_(std::move(connection)),
-        call_(sender->grpc()->ChannelFor(target_), deadline) {
+        call_(sender->grpc()->ChannelFor(target_), deadline),
+        in_place_(in_place) {
     sender_->PushBegan();
   }
 
@@ -97,6 +106,10 @@ class UcxKvPushStream : public KvPushStream {
     // a live D connects afresh (one wire-up); a dead D's endpoint does not
     // linger until the idle reaper.
     if (!committed_) connection_->CloseWhenUnused();
+    // Chunks left in place that D did not acknowledge: it may still read
+    // them for a moment (quarantine).
+    for (InPlaceChunk& c : in_place_chunks_) c.buffer->Release(c.Acked());
+    in_place_chunks_.clear();
     if (!SendsDone(kSendGrace)) {
       PDSERVE_LOG_WARNING(
           "KV push %s: %d UCX sends to %s still pending after %s; closing "
@@ -154,6 +167,41 @@ class UcxKvPushStream : public KvPushStream {
     std::unique_ptr<UcxChunkBuffer> buffer;
   };
 
+  // A chunk left in its buffer for D to map (KvChunkRef.ucx_rkey), until D
+  // stores its tag in the buffer's ack word.
+  struct InPlaceChunk {
+    std::unique_ptr<UcxChunkBuffer> buffer;
+    uint64_t tag;
+    bool Acked() const {
+      return __atomic_load_n(buffer->ack_word(), __ATOMIC_ACQUIRE) == tag;
+    }
+  };
+
+  // Waits until fewer than kSlots chunks are in place unacknowledged.
+  absl::Status MakeRoomInPlace() {
+    while (!in_place_chunks_.empty() && in_place_chunks_.front().Acked()) {
+      in_place_chunks_.front().buffer->Release(true);
+      in_place_chunks_.pop_front();
+    }
+    absl::Time check = absl::Now() + absl::Milliseconds(100);
+    while (static_cast<int>(in_place_chunks_.size()) >= UcxKvSender::kSlots) {
+      if (in_place_chunks_.front().Acked()) {
+        in_place_chunks_.front().buffer->Release(true);
+        in_place_chunks_.pop_front();
+        continue;
+      }
+      absl::SleepFor(absl::Microseconds(20));
+      if (absl::Now() >= check) {
+        if (Cancelled() || absl::Now() > deadline_) {
+          return absl::DeadlineExceededError(
+              "KV chunk in place not acknowledged by the decode worker");
+        }
+        check = absl::Now() + absl::Milliseconds(100);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // Ends the oldest pending send, which is done: its buffer goes back to
   // the pool (quarantined unless the send succeeded).
   absl::Status PopSend() {
@@ -192,6 +240,10 @@ class UcxKvPushStream : public KvPushStream {
       }
       if (absl::Status s = PopSend(); !s.ok()) return Fail(s);
     }
+    if (buffer != nullptr && in_place_ &&
+        !buffer->region().packed_rkey().empty()) {
+      return PostInPlace(chunk, index, std::move(buffer));
+    }
     const UcxRegion* from = ring_.get();
     int64_t offset = 0;
     char* dst;
@@ -223,6 +275,30 @@ class UcxKvPushStream : public KvPushStream {
     return absl::OkStatus();
   }
 
+  // Leaves the chunk in its buffer, which D maps (same host): no copy.
+  absl::Status PostInPlace(const pb::KvChunk& chunk, int index,
+                           std::unique_ptr<UcxChunkBuffer> buffer) {
+    if (absl::Status s = Fail(MakeRoomInPlace()); !s.ok()) return s;
+    const int64_t n = buffer->size();
+    char* data = buffer->data();
+    if (index == faults_.corrupt_chunk && n > 0) data[n / 2] ^= 0x5a;
+    const uint64_t tag = tag_prefix_ | static_cast<uint64_t>(index);
+    __atomic_store_n(buffer->ack_word(), uint64_t{0}, __ATOMIC_RELEASE);
+    pb::KvPushMessage msg;
+    pb::KvChunkRef* ref = msg.mutable_chunk_ref();
+    ref->set_layer(chunk.layer());
+    ref->set_token_begin(chunk.token_begin());
+    ref->set_token_end(chunk.token_end());
+    ref->set_length(n);
+    ref->set_xxh3(chunk.xxh3());
+    ref->set_ucx_tag(tag);
+    ref->set_ucx_rkey(buffer->region().packed_rkey());
+    ref->set_address(reinterpret_cast<uintptr_t>(data));
+    ref->set_ack_address(reinterpret_cast<uintptr_t>(buffer->ack_word()));
+    in_place_chunks_.push_back(InPlaceChunk{std::move(buffer), tag});
+    return Fail(call_.Write(msg));
+  }
+
  public:
   absl::StatusOr<KvPushResult> Commit(const pb::KvCommit& commit) override {
     if (!error_.ok()) return error_;
@@ -234,6 +310,9 @@ class UcxKvPushStream : public KvPushStream {
     // D acknowledged after receiving every message: the sends are done
     // (their completions may trail a moment).
     committed_ = true;
+    // D acknowledged the push after importing every chunk: none is read.
+    for (InPlaceChunk& c : in_place_chunks_) c.buffer->Release(true);
+    in_place_chunks_.clear();
     std::unique_ptr<UcxRegion> done;
     if (SendsDone(absl::Seconds(10))) {
       absl::MutexLock lock(&mu_);
@@ -288,7 +367,9 @@ class UcxKvPushStream : public KvPushStream {
   std::unique_ptr<UcxRegion> ring_;
   std::unique_ptr<UcxConnection> connection_;
   KvPushCall call_;
-  std::deque<PendingSend> sends_;  // outstanding, oldest first
+  const bool in_place_;  // D maps this worker's buffers (its Describe)
+  std::deque<PendingSend> sends_;             // outstanding, oldest first
+  std::deque<InPlaceChunk> in_place_chunks_;  // unacknowledged, oldest first
   absl::Status error_;
   int chunks_sent_ = 0;
   bool stalled_ = false;
@@ -299,9 +380,19 @@ class UcxKvPushStream : public KvPushStream {
 
 }  // namespace
 
+bool UcxKvSender::InPlaceDefault() {
+  const char* v = std::getenv("PDSERVE_UCX_IN_PLACE");
+  return v == nullptr || std::string(v) != "0";
+}
+
 UcxKvSender::UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker,
                          KvSender* fallback, Options options)
-    : grpc_(grpc), worker_(worker), fallback_(fallback), options_(options) {
+    : grpc_(grpc),
+      worker_(worker),
+      fallback_(fallback),
+      options_(options),
+      in_place_(options.in_place &&
+                UcxTlsAllowsSharedMemory(worker->transports())) {
   reaper_ = std::thread([this] { ReapLoop(); });
 }
 
@@ -338,7 +429,7 @@ void UcxKvSender::ReapLoop() {
 }
 
 absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
-    int64_t bytes) {
+    int64_t bytes, bool shared) {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = absl::Now();
@@ -346,6 +437,7 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
     for (auto it = pool_.begin(); it != pool_.end(); ++it) {
       const int64_t size = it->region->size();
       if (now >= it->not_before && size >= bytes &&
+          it->region->packed_rkey().empty() != shared &&
           size / 2 <= std::max(bytes, kRegionRound) &&
           (best == pool_.end() || size < best->region->size())) {
         best = it;
@@ -358,7 +450,7 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
       return r;
     }
   }
-  auto r = worker_->Allocate(bytes);
+  auto r = shared ? worker_->AllocateShared(bytes) : worker_->Allocate(bytes);
   if (r.ok()) in_use_.fetch_add(1);
   return r;
 }
@@ -407,7 +499,9 @@ std::unique_ptr<KvChunkBuffer> UcxKvSender::NewChunkBuffer(
       return KvSender::NewChunkBuffer(target, bytes);  // for the fallback
     }
   }
-  auto region = TakeRegion(bytes);
+  // Room for the ack word; shared memory where D may map it.
+  auto region = TakeRegion(
+      UcxChunkBuffer::AckOffset(bytes) + UcxChunkBuffer::kAckBytes, in_place_);
   if (!region.ok()) return KvSender::NewChunkBuffer(target, bytes);
   return std::make_unique<UcxChunkBuffer>(this, *std::move(region), bytes);
 }
@@ -428,12 +522,35 @@ absl::StatusOr<UcxKvSender::Peer> UcxKvSender::PeerOf(const std::string& target,
       return it->second;
     }
   }
-  auto described = grpc_->Describe(target, deadline);
+  // With a probe of this worker's shared memory: whether D can map it.
+  pb::KvDescribeRequest request;
+  std::unique_ptr<UcxRegion> probe;
+  if (in_place_) {
+    auto region = worker_->AllocateShared(4096);
+    if (region.ok()) {
+      probe = *std::move(region);
+      pb::KvUcxProbe* p = request.mutable_ucx_probe();
+      p->set_worker_address(worker_->address());
+      p->set_host_id(UcxHostId());
+      p->set_rkey(probe->packed_rkey());
+      p->set_address(reinterpret_cast<uintptr_t>(probe->data()));
+      std::string nonce(32, '\0');
+      if (getrandom(nonce.data(), nonce.size(), 0) !=
+          static_cast<ssize_t>(nonce.size())) {
+        nonce.assign(32, 'p');
+      }
+      std::memcpy(probe->data(), nonce.data(), nonce.size());
+      p->set_nonce(nonce);
+    }
+  }
+  auto described = grpc_->Describe(target, deadline, request);
+  probe.reset();
   if (!described.ok()) return described.status();  // not cached
   Peer peer;
   peer.at = now;
   peer.usable = !described->ucx_worker_address().empty();
   peer.address = described->ucx_worker_address();
+  peer.in_place = described->ucx_in_place();
   // Same host with shared memory allowed on both sides: no peer-failure
   // detection, which in UCX 1.13 would leave only TCP (the push stream
   // notices a dead decode worker there).
@@ -486,7 +603,7 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
   const int64_t slot_bytes =
       MaxChunkBytes(header.num_tokens(), layout->BytesPerTokenPerLayer(),
                     kKvChunkTargetBytes);
-  auto ring = TakeRegion(slot_bytes * kSlots);
+  auto ring = TakeRegion(slot_bytes * kSlots, false);
   if (!ring.ok()) {
     if (fallback_ == nullptr) return ring.status();
     PDSERVE_LOG_WARNING("KV push %s not over UCX: %s", header.request_id(),
@@ -495,7 +612,7 @@ absl::StatusOr<std::unique_ptr<KvPushStream>> UcxKvSender::Open(
   }
   auto stream = std::make_unique<UcxKvPushStream>(
       this, target, header, deadline, slot_bytes, *std::move(ring),
-      *std::move(connection));
+      *std::move(connection), peer->in_place && !peer->peer_errors);
   absl::Status s = stream->Start();
   if (!s.ok()) return s;
   return stream;

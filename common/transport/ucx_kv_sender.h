@@ -46,7 +46,12 @@ class UcxKvSender : public KvSender {
     absl::Duration pool_idle = absl::Seconds(10);
     // A failed or cancelled push's region is not reused before this long.
     absl::Duration quarantine = absl::Seconds(2);
+    // Leave chunks in place for decode workers on this host that can map
+    // this worker's shared memory (Describe's probe). Default: on unless
+    // PDSERVE_UCX_IN_PLACE=0.
+    bool in_place = InPlaceDefault();
   };
+  static bool InPlaceDefault();
 
   // `grpc` carries the control stream; `worker` registers and serves the
   // regions; `fallback` (may be null: UCX or fail) takes the pushes UCX
@@ -74,6 +79,7 @@ class UcxKvSender : public KvSender {
     bool usable = false;
     std::string address;       // D's UCX worker
     bool peer_errors = false;  // UCX detects a dead D (not on one host)
+    bool in_place = false;     // D maps this worker's shared memory
     absl::Time at;
   };
   absl::StatusOr<Peer> PeerOf(const std::string& target, absl::Time deadline);
@@ -82,7 +88,10 @@ class UcxKvSender : public KvSender {
 
   // A registered ring of at least `bytes`: the smallest reusable pooled
   // one not more than twice as large (or than kRegionRound), else a new one.
-  absl::StatusOr<std::unique_ptr<UcxRegion>> TakeRegion(int64_t bytes);
+  // `shared`: memory UCX allocates, which a peer on this host can map
+  // (AllocateShared), for chunk buffers left in place.
+  absl::StatusOr<std::unique_ptr<UcxRegion>> TakeRegion(int64_t bytes,
+                                                        bool shared);
   // Back to the pool; `clean`: D acknowledged the push (reusable at once).
   void ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean);
   int pooled_regions();
@@ -113,6 +122,7 @@ class UcxKvSender : public KvSender {
   UcxWorker* const worker_;
   KvSender* const fallback_;
   const Options options_;
+  const bool in_place_;  // probe D; chunk buffers in shared memory
   std::atomic<int> in_use_{0};
   std::atomic<int> pushes_{0};
   absl::Mutex mu_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/transport/ucx_worker.h"
+#include "common/transport/ucx_worker_internal.h"
 #include "common/util/huge_pages.h"
 
 namespace pdserve::transport {
@@ -40,6 +41,74 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::Allocate(int64_t bytes) {
   absl::Status s = MapRegion(*region);
   if (!s.ok()) return s;  // the region's destructor unmaps it
   return region;
+}
+
+absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::AllocateShared(
+    int64_t bytes) {
+  if (bytes <= 0) return absl::InvalidArgumentError("empty UCX region");
+  auto context = static_cast<ucp_context_h>(context_);
+  ucp_mem_map_params_t mp{};
+  mp.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+  mp.length = static_cast<size_t>(bytes);
+  mp.flags = UCP_MEM_MAP_ALLOCATE;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(context, &mp, &memh);
+  if (st != UCS_OK) return UcxError("allocating UCX shared memory", st);
+  ucp_mem_attr_t attr{};
+  attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+  st = ucp_mem_query(memh, &attr);
+  void* packed = nullptr;
+  size_t packed_size = 0;
+  if (st == UCS_OK) st = ucp_rkey_pack(context, memh, &packed, &packed_size);
+  if (st != UCS_OK) {
+    ucp_mem_unmap(context, memh);
+    return UcxError("describing UCX shared memory", st);
+  }
+  // UCX owns the memory (ucp_mem_unmap frees it): not `owned`.
+  std::unique_ptr<UcxRegion> region(new UcxRegion(
+      this, static_cast<char*>(attr.address), static_cast<int64_t>(attr.length),
+      UcxMemoryType::kHost, false));
+  region->memh_ = memh;
+  region->packed_rkey_.assign(static_cast<const char*>(packed), packed_size);
+  ucp_rkey_buffer_release(packed);
+  counters_.registrations.fetch_add(1);
+  counters_.registered_bytes.fetch_add(region->size_);
+  return region;
+}
+
+absl::StatusOr<std::unique_ptr<UcxRemoteMemory>> UcxWorker::MapRemote(
+    const std::string& peer_address, const std::string& packed_rkey) {
+  if (packed_rkey.empty()) {
+    return absl::InvalidArgumentError("empty UCX remote key");
+  }
+  auto connection = Connect(peer_address, /*peer_errors=*/false);
+  if (!connection.ok()) return connection.status();
+  ucp_rkey_h rkey = nullptr;
+  {
+    UcxEndpointState& ep = *(*connection)->ep_;
+    absl::MutexLock lock(&ep.mu);
+    if (ep.ep == nullptr) {
+      return absl::UnavailableError("UCX endpoint to the peer is closed");
+    }
+    ucs_status_t st = ucp_ep_rkey_unpack(ep.ep, packed_rkey.data(), &rkey);
+    if (st != UCS_OK) return UcxError("unpacking a UCX remote key", st);
+  }
+  return std::unique_ptr<UcxRemoteMemory>(
+      new UcxRemoteMemory(*std::move(connection), rkey));
+}
+
+UcxRemoteMemory::~UcxRemoteMemory() {
+  ucp_rkey_destroy(static_cast<ucp_rkey_h>(rkey_));
+  connection_.reset();
+}
+
+void* UcxRemoteMemory::Pointer(uint64_t address) const {
+  void* local = nullptr;
+  if (ucp_rkey_ptr(static_cast<ucp_rkey_h>(rkey_), address, &local) != UCS_OK) {
+    return nullptr;
+  }
+  return local;
 }
 
 absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::Register(

@@ -65,6 +65,7 @@ struct UcxCounters {
 };
 
 class UcxWorker;
+class UcxConnection;
 struct UcxEndpointState;
 struct UcxOpState;
 
@@ -79,6 +80,9 @@ class UcxRegion {
   int64_t size() const { return size_; }
   UcxMemoryType memory_type() const { return type_; }
   void* memh() const { return memh_; }  // ucp_mem_h
+  // The packed remote key of memory UCX allocated (AllocateShared), which a
+  // peer on this host may map (UcxRemoteMemory); empty for other regions.
+  const std::string& packed_rkey() const { return packed_rkey_; }
 
  private:
   friend class UcxWorker;
@@ -91,6 +95,28 @@ class UcxRegion {
   const UcxMemoryType type_;
   const bool owned_;
   void* memh_ = nullptr;
+  std::string packed_rkey_;
+};
+
+// A peer's memory (a region it allocated with AllocateShared) mapped into
+// this process through UCX (ucp_rkey_ptr: shared memory on one host), with
+// the endpoint to the peer it was unpacked on. Thread-safe (read-only).
+class UcxRemoteMemory {
+ public:
+  ~UcxRemoteMemory();  // destroys the key (unmaps), then the connection
+  UcxRemoteMemory(const UcxRemoteMemory&) = delete;
+  UcxRemoteMemory& operator=(const UcxRemoteMemory&) = delete;
+  // Where the peer's `address` is mapped here; nullptr when the key does
+  // not map (another host, another IPC namespace, a TCP-only UCX).
+  void* Pointer(uint64_t address) const;
+  UcxConnection& connection() const { return *connection_; }
+
+ private:
+  friend class UcxWorker;
+  UcxRemoteMemory(std::unique_ptr<UcxConnection> connection, void* rkey)
+      : connection_(std::move(connection)), rkey_(rkey) {}
+  std::unique_ptr<UcxConnection> connection_;
+  void* const rkey_;  // ucp_rkey_h
 };
 
 // A use of the endpoint to one peer worker; the endpoint stays open while
@@ -159,6 +185,14 @@ class UcxWorker {
 
   // Allocates `bytes` of page-aligned host memory and registers it.
   absl::StatusOr<std::unique_ptr<UcxRegion>> Allocate(int64_t bytes);
+  // Host memory UCX allocates and registers itself (System V or POSIX
+  // shared memory when its shared-memory transports are enabled), with its
+  // packed remote key: a peer on this host can map it (UcxRemoteMemory).
+  absl::StatusOr<std::unique_ptr<UcxRegion>> AllocateShared(int64_t bytes);
+  // Unpacks a peer's packed remote key on an endpoint to `peer_address`
+  // (Connect without peer-failure detection: same host).
+  absl::StatusOr<std::unique_ptr<UcxRemoteMemory>> MapRemote(
+      const std::string& peer_address, const std::string& packed_rkey);
   // Registers memory the caller owns (kCuda: device memory; needs a UCX
   // built with CUDA support). The memory must outlive the region.
   absl::StatusOr<std::unique_ptr<UcxRegion>> Register(void* data, int64_t bytes,

@@ -6,6 +6,8 @@
 // a corrupted chunk fails with DATA_LOSS; a worker killed with SIGKILL in the
 // middle of a push leaves the survivor with no KV block, no endpoint to the
 // dead peer, no UCX operation in flight and no push holding UCX memory.
+// With shared memory the decode worker imports the chunks in place from the
+// prefill worker's mapped export buffers (kv_ucx_mapped_buffers).
 #include <signal.h>
 #include <stdlib.h>
 
@@ -118,6 +120,13 @@ TEST_P(UcxServiceTest, AutoPicksUcxAndMatchesGrpcAndTheReference) {
   EXPECT_EQ(p->kv_ucx_endpoints(), 1);  // one decode worker, cached
   EXPECT_EQ(d->kv_ucx_transfers(), 0);
   EXPECT_EQ(d->kv_ucx_operations(), 0);
+  // With shared memory D imported the chunks in place from P's mapped
+  // buffers (no copy); over TCP they came as messages.
+  if (GetParam().empty()) {
+    EXPECT_GT(d->kv_ucx_mapped_buffers(), 0);
+  } else {
+    EXPECT_EQ(d->kv_ucx_mapped_buffers(), 0);
+  }
   EXPECT_GT(p->kv_ucx_registered_bytes(), 0);  // pooled for the next push
   EXPECT_EQ(p->kv_ucx_transfers(), 0);
   EXPECT_EQ(p->kv_ucx_operations(), 0);
@@ -200,13 +209,15 @@ TEST_P(UcxServiceTest, PrefillKilledMidTransferLeavesNothingOnDecode) {
   EXPECT_TRUE(mid) << "never mid-transfer: " << last;
   c->prefill(0).proc.Signal(SIGKILL);
   // D notices the dead peer (its push stream breaks) and frees the blocks
-  // and the landing buffer at once (the lease is 60 s); it never had an
-  // endpoint to P, nor a receive left once the stream broke.
+  // and the landing buffer at once (the lease is 60 s); it drops its
+  // mappings of P's buffers and the endpoint they were mapped through (or
+  // never had one, over TCP), and has no receive left once the stream broke.
   const bool clean = WaitForStatus(
       *c, c->decode(0), absl::Seconds(20),
       [](const pb::WorkerStatusResponse& d) {
         return d.kv_ucx_transfers() == 0 && d.kv_ucx_operations() == 0 &&
-               d.kv_ucx_endpoints() == 0 && d.pending_leases() == 0 &&
+               d.kv_ucx_endpoints() == 0 && d.kv_ucx_mapped_buffers() == 0 &&
+               d.pending_leases() == 0 &&
                d.free_kv_blocks() == d.total_kv_blocks();
       },
       &last);

@@ -416,6 +416,17 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
   // An unsent buffer goes back too.
   sender->NewChunkBuffer(target_, 4096).reset();
   EXPECT_EQ(sender->regions_in_use(), 0);
+  // Over shared memory D mapped P's buffers and read the chunks in place
+  // (the probe in Describe succeeded); over TCP they went as messages.
+  auto peer = sender->PeerOf(target_, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(peer.ok());
+  if (GetParam().empty()) {
+    EXPECT_TRUE(peer->in_place);
+    EXPECT_GT(receiver_->mapped_buffers(), 0);
+  } else {
+    EXPECT_FALSE(peer->in_place);
+    EXPECT_EQ(receiver_->mapped_buffers(), 0);
+  }
 
   KvFaultInjection faults;
   faults.corrupt_chunk = 2;
