@@ -65,7 +65,9 @@ int UcxLandingPool::in_use() const {
 
 namespace {
 
-// One push's chunks, each received into one landing buffer.
+// One push's chunks, each received into one landing buffer, or (chunks P
+// left in place) read from P's export buffer, mapped here, and acknowledged
+// in its ack word once the next chunk is fetched or the push ends.
 class UcxChunkSource : public KvChunkSource {
  public:
   UcxChunkSource(UcxKvReceiver* receiver, UcxLandingPool* pool,
@@ -131,7 +133,16 @@ class UcxChunkSource : public KvChunkSource {
     const char* bytes =
         static_cast<const char*>((*memory)->Pointer(ref.address()));
     auto* ack = static_cast<uint64_t*>((*memory)->Pointer(ref.ack_address()));
-    if (bytes == nullptr || ack == nullptr || ref.length() < 0 ||
+    // The ack word follows the bytes in the same buffer (P's layout), and a
+    // chunk is never larger than this push's largest.
+    if (ref.length() < 0 || ref.length() > landing_->size() ||
+        ref.ack_address() !=
+            ref.address() +
+                (static_cast<uint64_t>(ref.length()) + 63) / 64 * 64) {
+      return absl::InvalidArgumentError(
+          "KV chunk in place: malformed buffer reference");
+    }
+    if (bytes == nullptr || ack == nullptr ||
         (reinterpret_cast<uintptr_t>(ack) & 7) != 0) {
       return absl::InvalidArgumentError(
           "KV chunk in place: the prefill worker's buffer does not map here");

@@ -1,12 +1,14 @@
 // The decode worker's side of the UCX KV transport: for a push whose header
 // names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
 // KvChunkSource that receives each referenced chunk's tagged message (sent
-// by P from its registered export ring) into a landing buffer registered
-// once and reused (UcxLandingPool). The bytes are then verified and imported
-// by KvTransferService exactly like inline gRPC chunks. What P sent for a
-// push that failed here is received and discarded for a while (UCX cannot
-// cancel P's sends). Thread-safe; a source is driven by one push's handler
-// thread.
+// by P from its registered export buffer or ring) into a landing buffer
+// registered once and reused (UcxLandingPool), or, for a chunk P left in
+// place (same host, after Describe's probe), maps P's export buffer
+// (cached per P worker and key) and hands out the bytes where they are. The
+// bytes are then verified and imported by KvTransferService exactly like inline
+// gRPC chunks. What P sent for a push that failed here is received and
+// discarded for a while (UCX cannot cancel P's sends). Thread-safe; a source is
+// driven by one push's handler thread.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 
@@ -81,7 +83,9 @@ class UcxKvReceiver {
   int mapped_buffers();
   // Mappings unused this long are dropped (at the next MapPeerBuffer).
   static constexpr absl::Duration kMappingIdle = absl::Seconds(30);
-  static constexpr int kMaxMappings = 512;
+  // At most this many mappings (P pools at most 128 MiB of buffers, in a
+  // few sizes; a mapping of a buffer P freed keeps its memory until dropped).
+  static constexpr int kMaxMappings = 128;
 
   // The chunks of a push; INVALID_ARGUMENT for a malformed source.
   absl::StatusOr<std::unique_ptr<KvChunkSource>> Open(

@@ -67,14 +67,15 @@ class UcxChunkBuffer : public KvChunkBuffer {
 
 namespace {
 
-// One push through a UCX export ring. Send/Commit run on one thread;
-// Cancel may come from any thread. Each chunk is copied into the next slot
-// of the ring, announced on the push stream (KvChunkRef with its tag), then
-// sent from the slot as a tagged message that D receives into its landing
-// buffer. A slot is reused once its send completed, i.e. once D has the
-// bytes: at most kSlots sends are outstanding, and the ring, registered once
-// and pooled, stays warm in the caches and page tables however long the
-// prompt.
+// One push over UCX. Send/Commit run on one thread; Cancel may come from any
+// thread. Each chunk is announced on the push stream (KvChunkRef with its
+// tag), then left in place (D maps its buffer and acknowledges it) or sent
+// as a tagged message that D receives into its landing buffer: from its
+// chunk buffer (SendBuffer), or from the next slot of the ring it was
+// copied into (Send). A ring slot is reused once its send completed, i.e.
+// once D has the bytes: at most kSlots sends are outstanding, and the ring,
+// registered once and pooled, stays warm in the caches and page tables
+// however long the prompt.
 class UcxKvPushStream : public KvPushStream {
  public:
   // How long a failed push waits for its sends (D discards what it no
@@ -499,9 +500,16 @@ std::unique_ptr<KvChunkBuffer> UcxKvSender::NewChunkBuffer(
       return KvSender::NewChunkBuffer(target, bytes);  // for the fallback
     }
   }
-  // Room for the ack word; shared memory where D may map it.
-  auto region = TakeRegion(
-      UcxChunkBuffer::AckOffset(bytes) + UcxChunkBuffer::kAckBytes, in_place_);
+  // Room for the ack word; shared memory where D may map it, in power-of-two
+  // sizes (at least 64 KiB): chunks of every prompt length reuse a few
+  // pooled segments, which decode workers keep mapped.
+  int64_t size = UcxChunkBuffer::AckOffset(bytes) + UcxChunkBuffer::kAckBytes;
+  if (in_place_) {
+    int64_t rounded = int64_t{64} << 10;
+    while (rounded < size) rounded *= 2;
+    size = rounded;
+  }
+  auto region = TakeRegion(size, in_place_);
   if (!region.ok()) return KvSender::NewChunkBuffer(target, bytes);
   return std::make_unique<UcxChunkBuffer>(this, *std::move(region), bytes);
 }

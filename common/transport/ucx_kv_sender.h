@@ -1,21 +1,27 @@
-// The prefill worker's side of the UCX KV transport. A push takes an export
-// ring (kSlots chunk-sized slots of host memory registered with UCX once and
-// pooled), copies each sealed chunk into the next slot as its layer
-// finishes, announces it on the KvTransfer.Push call (KvChunkRef: layer,
-// tokens, length, XXH3, tag) and sends it from the slot as a tagged UCX
-// message to the decode worker's UCX worker (address from its Describe; one
-// endpoint per decode worker, cached), which receives it into a landing
-// buffer (ucx_kv_receiver.h). A slot is reused once its send completed (D
-// has the bytes). Tagged rendezvous is what UCX 1.13 moves with one CMA
-// copy over shared memory and RDMA reads between hosts (its one-sided get
-// and put over shared memory go through active-message copies: see
-// DESIGN.md). The ring returns to the pool after D's acknowledgement; a
-// failed push's ring after its sends ended (D discards what it no longer
-// wants; if they do not end, the decode worker is presumed gone and the
-// endpoint is closed) and a quarantine. UcxKvSender picks UCX per decode
-// worker (its Describe names a UCX worker this worker can reach); otherwise
-// the push goes to `fallback` (auto mode) or fails (--kv_transport=ucx).
-// Thread-safe; streams follow KvPushStream's rules.
+// The prefill worker's side of the UCX KV transport. The prefill exports
+// each sealed chunk into a chunk buffer from NewChunkBuffer: pooled memory
+// registered with UCX once (allocated by UCX as shared memory when in-place
+// pushes are on). A push announces each chunk on the KvTransfer.Push call
+// (KvChunkRef: layer, tokens, length, XXH3, tag) and then either leaves it
+// in place, for a decode worker on this host whose Describe answered the
+// probe of this worker's shared memory (the reference carries the buffer's
+// remote key and ack word; D maps it, imports from it and acknowledges), or
+// sends it from the buffer as a tagged UCX message to D's UCX worker
+// (address from its Describe; one endpoint per decode worker, cached),
+// which receives it into a landing buffer (ucx_kv_receiver.h). Chunks
+// handed over as strings are copied into a ring of kSlots registered slots
+// first. At most kSlots sends (or unacknowledged chunks in place) are in
+// flight; a buffer returns to the pool once its send completed or D
+// acknowledged it, all of them after D's commit acknowledgement. Tagged
+// rendezvous is what UCX 1.13 moves with one CMA copy over shared memory
+// and RDMA reads between hosts (its one-sided get and put over shared
+// memory go through active-message copies: see DESIGN.md). A failed
+// push's memory returns after its sends ended (D discards what it no
+// longer wants; if they do not end, the decode worker is presumed gone and
+// the endpoint is closed) and a quarantine. UcxKvSender picks UCX per
+// decode worker (its Describe names a UCX worker this worker can reach);
+// otherwise the push goes to `fallback` (auto mode) or fails
+// (--kv_transport=ucx). Thread-safe; streams follow KvPushStream's rules.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_SENDER_H_
 
