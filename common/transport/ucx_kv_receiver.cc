@@ -218,14 +218,7 @@ absl::StatusOr<std::shared_ptr<UcxRemoteMemory>> UcxKvReceiver::MapPeerBuffer(
       it->second.used = now;
       return it->second.memory;
     }
-    for (auto m = mappings_.begin(); m != mappings_.end();) {
-      if (now - m->second.used > kMappingIdle) {
-        drop.push_back(std::move(m->second.memory));
-        m = mappings_.erase(m);
-      } else {
-        ++m;
-      }
-    }
+    DropIdleLocked(now, &drop);
     while (static_cast<int>(mappings_.size()) >= kMaxMappings) {
       auto oldest = mappings_.begin();
       for (auto m = mappings_.begin(); m != mappings_.end(); ++m) {
@@ -262,8 +255,22 @@ void UcxKvReceiver::ForgetPeer(const std::string& peer_address) {
   }
 }
 
+void UcxKvReceiver::DropIdleLocked(
+    absl::Time now, std::vector<std::shared_ptr<UcxRemoteMemory>>* drop) {
+  for (auto m = mappings_.begin(); m != mappings_.end();) {
+    if (now - m->second.used > kMappingIdle) {
+      drop->push_back(std::move(m->second.memory));
+      m = mappings_.erase(m);
+    } else {
+      ++m;
+    }
+  }
+}
+
 int UcxKvReceiver::mapped_buffers() {
+  std::vector<std::shared_ptr<UcxRemoteMemory>> drop;  // released unlocked
   absl::MutexLock lock(&mu_);
+  DropIdleLocked(absl::Now(), &drop);
   return static_cast<int>(mappings_.size());
 }
 

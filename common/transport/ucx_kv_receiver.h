@@ -80,8 +80,12 @@ class UcxKvReceiver {
   // Drops the mappings of `peer_address`'s buffers (a push from it failed:
   // it may be gone) and closes the endpoint to it once unused.
   void ForgetPeer(const std::string& peer_address);
+  // How many are mapped; drops the idle ones first (called on every
+  // WorkerStatus, which the router polls: a dead P's memory is not held
+  // for long even when no push comes).
   int mapped_buffers();
-  // Mappings unused this long are dropped (at the next MapPeerBuffer).
+  // Mappings unused this long are dropped (at the next MapPeerBuffer or
+  // mapped_buffers).
   static constexpr absl::Duration kMappingIdle = absl::Seconds(30);
   // At most this many mappings (P pools at most 128 MiB of buffers, in a
   // few sizes; a mapping of a buffer P freed keeps its memory until dropped).
@@ -109,6 +113,11 @@ class UcxKvReceiver {
     std::shared_ptr<UcxRemoteMemory> memory;
     absl::Time used;
   };
+  // Moves the mappings unused for kMappingIdle into `drop` (released by the
+  // caller after unlocking).
+  void DropIdleLocked(absl::Time now,
+                      std::vector<std::shared_ptr<UcxRemoteMemory>>* drop)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   UcxWorker* const worker_;
   UcxLandingPool landing_;
