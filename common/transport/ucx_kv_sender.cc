@@ -258,14 +258,8 @@ class UcxKvPushStream : public KvPushStream {
     }
     if (index == faults_.corrupt_chunk && n > 0) dst[n / 2] ^= 0x5a;
     pb::KvPushMessage msg;
-    pb::KvChunkRef* ref = msg.mutable_chunk_ref();
-    ref->set_layer(chunk.layer());
-    ref->set_token_begin(chunk.token_begin());
-    ref->set_token_end(chunk.token_end());
+    pb::KvChunkRef* ref = Reference(chunk, index, n, &msg);
     ref->set_offset(offset);
-    ref->set_length(n);
-    ref->set_xxh3(chunk.xxh3());
-    ref->set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
     const uint64_t tag = ref->ucx_tag();
     // The reference first: D learns of every message P sent as long as the
     // stream lives (and discards the rest once it failed).
@@ -276,6 +270,20 @@ class UcxKvPushStream : public KvPushStream {
     return absl::OkStatus();
   }
 
+  // The reference to chunk `index` of `n` bytes in `msg`: what every
+  // path announces (tag: the push's prefix | the index).
+  pb::KvChunkRef* Reference(const pb::KvChunk& chunk, int index, int64_t n,
+                            pb::KvPushMessage* msg) const {
+    pb::KvChunkRef* ref = msg->mutable_chunk_ref();
+    ref->set_layer(chunk.layer());
+    ref->set_token_begin(chunk.token_begin());
+    ref->set_token_end(chunk.token_end());
+    ref->set_length(n);
+    ref->set_xxh3(chunk.xxh3());
+    ref->set_ucx_tag(tag_prefix_ | static_cast<uint64_t>(index));
+    return ref;
+  }
+
   // Leaves the chunk in its buffer, which D maps (same host): no copy.
   absl::Status PostInPlace(const pb::KvChunk& chunk, int index,
                            std::unique_ptr<UcxChunkBuffer> buffer) {
@@ -283,16 +291,10 @@ class UcxKvPushStream : public KvPushStream {
     const int64_t n = buffer->size();
     char* data = buffer->data();
     if (index == faults_.corrupt_chunk && n > 0) data[n / 2] ^= 0x5a;
-    const uint64_t tag = tag_prefix_ | static_cast<uint64_t>(index);
     __atomic_store_n(buffer->ack_word(), uint64_t{0}, __ATOMIC_RELEASE);
     pb::KvPushMessage msg;
-    pb::KvChunkRef* ref = msg.mutable_chunk_ref();
-    ref->set_layer(chunk.layer());
-    ref->set_token_begin(chunk.token_begin());
-    ref->set_token_end(chunk.token_end());
-    ref->set_length(n);
-    ref->set_xxh3(chunk.xxh3());
-    ref->set_ucx_tag(tag);
+    pb::KvChunkRef* ref = Reference(chunk, index, n, &msg);
+    const uint64_t tag = ref->ucx_tag();
     ref->set_ucx_rkey(buffer->region().packed_rkey());
     ref->set_address(reinterpret_cast<uintptr_t>(data));
     ref->set_ack_address(reinterpret_cast<uintptr_t>(buffer->ack_word()));

@@ -127,16 +127,7 @@ TEST_F(GrpcTransportTest, PushDeliversEveryByte) {
 }
 
 TEST_F(GrpcTransportTest, CorruptedChunkIsDataLoss) {
-  KvFaultInjection faults;
-  faults.corrupt_chunk = 2;
-  GrpcKvSender sender(grpc::InsecureChannelCredentials(), faults);
-  auto result = PushAll(sender, "bad", 10, nullptr);
-  ASSERT_FALSE(result.ok());
-  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
-  auto rec = factory_.Get("bad");
-  EXPECT_FALSE(rec.committed);
-  EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
-  EXPECT_EQ(rec.chunks.size(), 2u);  // the two good chunks before it
+  ExpectCorruptThirdChunkIsDataLoss("bad", 2);  // the two good ones before it
   EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
 }
 
@@ -149,17 +140,8 @@ TEST_F(GrpcTransportTest, SinkHashingChunksIsVerifiedToo) {
   ASSERT_TRUE(PushAll(good, "ok", 10, nullptr).ok());
   EXPECT_TRUE(factory_.Get("ok").committed);
 
-  KvFaultInjection faults;
-  faults.corrupt_chunk = 2;
-  GrpcKvSender sender(grpc::InsecureChannelCredentials(), faults);
-  auto result = PushAll(sender, "bad", 10, nullptr);
-  ASSERT_FALSE(result.ok());
-  EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
-  auto rec = factory_.Get("bad");
-  EXPECT_FALSE(rec.committed);
-  EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
   // The sink saw the bad chunk (it hashed it), and nothing after it.
-  EXPECT_EQ(rec.chunks.size(), 3u);
+  ExpectCorruptThirdChunkIsDataLoss("bad", 3);
   EXPECT_EQ(service_->counters().checksum_failures.load(), 1);
 }
 

@@ -178,6 +178,21 @@ class GrpcTransportTest : public ::testing::Test {
     return (*stream)->Commit(commit);
   }
 
+  // Pushes `id` over gRPC with its third chunk corrupted after sealing:
+  // DATA_LOSS, no commit, and the sink saw `seen` chunks.
+  void ExpectCorruptThirdChunkIsDataLoss(const std::string& id, size_t seen) {
+    KvFaultInjection faults;
+    faults.corrupt_chunk = 2;
+    GrpcKvSender sender(grpc::InsecureChannelCredentials(), faults);
+    auto result = PushAll(sender, id, 10, nullptr);
+    ASSERT_FALSE(result.ok());
+    EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
+    auto rec = factory_.Get(id);
+    EXPECT_FALSE(rec.committed);
+    EXPECT_TRUE(absl::IsDataLoss(rec.aborted));
+    EXPECT_EQ(rec.chunks.size(), seen);
+  }
+
   RecordingFactory factory_;
   std::unique_ptr<KvTransferService> service_;
   std::unique_ptr<grpc::Server> server_;
