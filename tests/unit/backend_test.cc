@@ -19,6 +19,7 @@
 #include "common/backend/cpu/attention.h"
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/quantized_amx.h"
 #include "common/backend/cpu/quantized_matrix.h"
 #include "common/backend/thread_pool.h"
 #include "gtest/gtest.h"
@@ -256,12 +257,12 @@ std::vector<float> QuantReference(const QuantizedMatrix& w,
   return y;
 }
 
-void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K) {
+void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K,
+                      int64_t M = 11) {
   auto format = ParseQuantization(spec);
   ASSERT_TRUE(format.ok() && format->has_value()) << spec;
   std::mt19937 rng(N * 31 + K);
   std::uniform_real_distribution<float> u(-1, 1);
-  constexpr int64_t M = 11;
   std::vector<float> w(N * K), x(M * K), bias(N);
   for (auto& v : w) v = u(rng);
   for (auto& v : x) v = u(rng) * (1 + 3 * (u(rng) > 0.9f));  // some outliers
@@ -289,8 +290,7 @@ void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K) {
   QuantMatMul(pool3, x.data(), M, K, qm, nullptr, all.data(), N);
   const std::vector<float> ref = QuantReference(qm, x, M);
   EXPECT_EQ(std::memcmp(all.data(), ref.data(), all.size() * 4), 0)
-      << spec << ": differs from the documented arithmetic (VNNI "
-      << CpuHasAvx512Vnni() << ")";
+      << spec << " M " << M << ": differs from the documented arithmetic";
   // Close to the f32 product with the dequantized weights (activations are
   // quantized to 8 bits: ~1% of the magnitude).
   for (int64_t m = 0; m < M; ++m) {
@@ -311,7 +311,7 @@ void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K) {
     ASSERT_EQ(with_bias[i], all[i] + bias[i % N]);
   }
   for (int m0 = 0; m0 < M; m0 += 3) {
-    for (int rows : {1, 2, 4, 7}) {
+    for (int rows : {1, 2, 4, 7, 17}) {
       if (m0 + rows > M) continue;
       std::vector<float> part(rows * N);
       QuantMatMul((rows % 2) ? pool1 : pool3, x.data() + m0 * K, rows, K, qm,
@@ -322,18 +322,56 @@ void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K) {
   }
 }
 
-TEST(QuantMatMul, Int8MatchesDefinitionAndIsRowInvariant) {
+// Each kernel this CPU can run (scalar, VNNI, AMX-INT8), forced for every
+// row count, must give the documented arithmetic's bits.
+class QuantKernelTest : public ::testing::TestWithParam<QuantKernel> {
+ protected:
+  void SetUp() override {
+    if (!ForceQuantKernel(GetParam())) {
+      GTEST_SKIP() << "this CPU cannot run the kernel (AMX-INT8: "
+                   << CpuHasAmxInt8() << ", AVX512-VNNI: " << CpuHasAvx512Vnni()
+                   << ")";
+    }
+  }
+  void TearDown() override { ForceQuantKernel(QuantKernel::kAuto); }
+};
+
+TEST_P(QuantKernelTest, Int8MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int8", 100, 75);
-  CheckQuantMatMul("int8", 64, 256);
-  CheckQuantMatMul("int8-pc", 70, 200);
-  CheckQuantMatMul("int8-g64-asym", 65, 130);
+  CheckQuantMatMul("int8", 64, 256, 40);
+  CheckQuantMatMul("int8-pc", 70, 200, 33);
+  CheckQuantMatMul("int8-g64-asym", 65, 130, 20);
 }
 
-TEST(QuantMatMul, Int4MatchesDefinitionAndIsRowInvariant) {
+TEST_P(QuantKernelTest, Int4MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int4", 100, 75);
-  CheckQuantMatMul("int4-g128", 130, 300);
-  CheckQuantMatMul("int4-asym", 64, 96);
-  CheckQuantMatMul("int4-g128-asym", 70, 256);
+  CheckQuantMatMul("int4-g128", 130, 300, 40);
+  CheckQuantMatMul("int4-asym", 64, 96, 33);
+  CheckQuantMatMul("int4-g128-asym", 70, 256, 20);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, QuantKernelTest,
+                         ::testing::Values(QuantKernel::kScalar,
+                                           QuantKernel::kVnni,
+                                           QuantKernel::kAmx),
+                         [](const ::testing::TestParamInfo<QuantKernel>& info) {
+                           switch (info.param) {
+                             case QuantKernel::kScalar:
+                               return std::string("Scalar");
+                             case QuantKernel::kVnni:
+                               return std::string("Vnni");
+                             case QuantKernel::kAmx:
+                               return std::string("Amx");
+                             default:
+                               return std::string("Auto");
+                           }
+                         });
+
+// The default choice mixes kernels by row count (AMX from 16 rows where the
+// CPU has it): every subset of rows still gets the same bits.
+TEST(QuantMatMul, AutoKernelChoiceIsRowInvariant) {
+  CheckQuantMatMul("int8", 130, 200, 45);
+  CheckQuantMatMul("int4-g128-asym", 70, 256, 45);
 }
 
 TEST(QuantMatMul, SetCodesRoundTrips) {

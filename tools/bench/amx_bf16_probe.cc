@@ -52,7 +52,9 @@ __attribute__((target("amx-tile,amx-bf16"))) void TileProduct(const uint32_t* a,
   cfg.colsb[1] = kPairs * 4;
   cfg.rows[2] = kPairs;
   cfg.colsb[2] = kCols * 4;
-  _tile_loadconfig(&cfg);
+  // GCC 12's _tile_loadconfig tells the compiler it reads 8 bytes only, so
+  // the stores of the rest of the configuration could be dropped.
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
   _tile_loadd(0, c, kCols * 4);
   _tile_loadd(1, a, kPairs * 4);
   _tile_loadd(2, b, kCols * 4);

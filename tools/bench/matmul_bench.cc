@@ -5,11 +5,16 @@
 // not enter (stalls on memory still count): the figure that says whether a
 // kernel streams its bytes at the memory's rate.
 //
-//   build/matmul_bench
+//   build/tools/matmul_bench [--rows=1,16,64] [--formats=f32,bf16,int8,int4]
+//
+// PDSERVE_QUANT_KERNEL=amx|vnni|scalar picks the int8/int4 kernel.
 #include <time.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -25,7 +30,17 @@ double ThreadCpuSeconds() {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-int Run() {
+std::vector<std::string> SplitCommas(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+int Run(const std::vector<int>& row_counts,
+        const std::vector<std::string>& formats) {
   const int64_t H = 768, I = 2048, L = 12;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
@@ -34,8 +49,8 @@ int Run() {
     int64_t n, k;
   };
   const Shape shapes[] = {{3 * H, H}, {H, H}, {2 * I, H}, {H, I}};
-  for (int M : {1, 16}) {
-    for (const std::string mode : {"f32", "bf16", "int8", "int4"}) {
+  for (int M : row_counts) {
+    for (const std::string& mode : formats) {
       std::vector<PackedMatrix> dense;
       std::vector<QuantizedMatrix> quant;
       int64_t bytes = 0;
@@ -86,4 +101,36 @@ int Run() {
 }  // namespace
 }  // namespace pdserve
 
-int main() { return pdserve::Run(); }
+int main(int argc, char** argv) {
+  std::vector<int> rows = {1, 16};
+  std::vector<std::string> formats = {"f32", "bf16", "int8", "int4"};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--rows=", 7) == 0) {
+      rows.clear();
+      for (const std::string& r : pdserve::SplitCommas(argv[i] + 7)) {
+        rows.push_back(std::atoi(r.c_str()));
+      }
+    } else if (std::strncmp(argv[i], "--formats=", 10) == 0) {
+      formats = pdserve::SplitCommas(argv[i] + 10);
+    } else {
+      std::fprintf(stderr,
+                   "usage: matmul_bench [--rows=1,16] "
+                   "[--formats=f32,bf16,int8,int4]\n");
+      return 2;
+    }
+  }
+  for (int m : rows) {
+    if (m < 1 || m > 4096) {
+      std::fprintf(stderr, "--rows: each count must be in 1..4096\n");
+      return 2;
+    }
+  }
+  for (const std::string& f : formats) {
+    if (f != "f32" && f != "bf16" && f != "int8" && f != "int4") {
+      std::fprintf(stderr, "--formats: f32, bf16, int8 or int4, not %s\n",
+                   f.c_str());
+      return 2;
+    }
+  }
+  return pdserve::Run(rows, formats);
+}

@@ -7,9 +7,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/backend/cpu/quantized_amx.h"
 
 namespace pdserve {
 namespace {
@@ -98,17 +101,7 @@ void QuantizeRowAvx512(const float* x, int64_t k, int64_t blocks, int8_t* q,
   }
 }
 
-struct KernelArgs {
-  const int8_t* xq;
-  const float* xs;
-  const int32_t* xsum;
-  int64_t ldq, ldb;
-  const char* panel;
-  int64_t groups, blocks_per_group, code_bytes, group_bytes;
-  float* y;
-  int64_t ldy;
-  const __mmask16* masks;
-};
+using KernelArgs = QuantPanelArgs;
 
 template <int R, int kBits, bool kAsym>
 inline void KernelVnni(const KernelArgs& a) {
@@ -254,6 +247,32 @@ void PanelScalar(const QuantizedMatrix& w, const KernelArgs& a, int64_t M,
   }
 }
 
+// Products of at least this many rows take the AMX kernel when it runs
+// (same bits either way). On the Xeon of docs/performance.md VNNI was
+// faster up to 8 rows, even at 12, and AMX from 16 (build/tools/matmul_bench).
+constexpr int64_t kAmxMinRows = 16;
+
+std::atomic<QuantKernel> forced_kernel{QuantKernel::kAuto};
+
+QuantKernel KernelFromEnv() {
+  const char* env = std::getenv("PDSERVE_QUANT_KERNEL");
+  if (env == nullptr) return QuantKernel::kAuto;
+  const std::string name = env;
+  if (name == "amx" && CpuHasAmxInt8()) return QuantKernel::kAmx;
+  if (name == "vnni" && CpuHasAvx512Vnni()) return QuantKernel::kVnni;
+  if (name == "scalar") return QuantKernel::kScalar;
+  return QuantKernel::kAuto;
+}
+
+QuantKernel ChooseKernel(int64_t M) {
+  static const QuantKernel from_env = KernelFromEnv();
+  QuantKernel k = forced_kernel.load(std::memory_order_relaxed);
+  if (k == QuantKernel::kAuto) k = from_env;
+  if (k != QuantKernel::kAuto) return k;
+  if (M >= kAmxMinRows && CpuHasAmxInt8()) return QuantKernel::kAmx;
+  return CpuHasAvx512Vnni() ? QuantKernel::kVnni : QuantKernel::kScalar;
+}
+
 bool DetectVnni() {
   __builtin_cpu_init();
   return CpuHasAvx512() && __builtin_cpu_supports("avx512vnni") &&
@@ -272,6 +291,15 @@ uint16_t ToF16(float f) {
 bool CpuHasAvx512Vnni() {
   static const bool has = DetectVnni();
   return has;
+}
+
+bool ForceQuantKernel(QuantKernel kernel) {
+  if ((kernel == QuantKernel::kAmx && !CpuHasAmxInt8()) ||
+      (kernel == QuantKernel::kVnni && !CpuHasAvx512Vnni())) {
+    return false;
+  }
+  forced_kernel.store(kernel, std::memory_order_relaxed);
+  return true;
 }
 
 QuantizedMatrix::QuantizedMatrix(int64_t n, int64_t k,
@@ -415,7 +443,8 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                  const QuantizedMatrix& w, const float* bias, float* y,
                  int64_t ldy) {
   if (M <= 0) return;
-  const bool vnni = CpuHasAvx512Vnni();
+  const QuantKernel kernel = ChooseKernel(M);
+  const bool vnni = kernel != QuantKernel::kScalar;  // quantize with AVX-512
   const int64_t G = w.format().group_size;
   // The caller's buffers (a lambda naming a thread_local would reach each
   // pool thread's own instance, hence the reference).
@@ -423,11 +452,18 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   QuantizedRows& rows = caller_rows;
   rows.ldq = w.groups() * G;
   rows.ldb = rows.ldq / kBlock;
-  if (static_cast<int64_t>(rows.q.size()) < M * rows.ldq) {
-    rows.q.resize(M * rows.ldq);
+  // AMX reads whole row groups: zero codes pad the last one.
+  const int64_t padded_rows =
+      kernel == QuantKernel::kAmx ? RoundUp(M, kAmxRowGroup) : M;
+  if (static_cast<int64_t>(rows.q.size()) < padded_rows * rows.ldq) {
+    rows.q.resize(padded_rows * rows.ldq);
+  }
+  if (static_cast<int64_t>(rows.scale.size()) < M * rows.ldb) {
     rows.scale.resize(M * rows.ldb);
     rows.sum.resize(M * rows.ldb);
   }
+  std::fill(rows.q.begin() + M * rows.ldq,
+            rows.q.begin() + padded_rows * rows.ldq, int8_t{0});
   auto quantize = [&](int64_t b, int64_t e, int) {
     for (int64_t m = b; m < e; ++m) {
       (vnni ? QuantizeRowAvx512 : QuantizeRowScalar)(
@@ -452,6 +488,8 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   pool.ParallelFor(
       std::min<int64_t>(chunks, pool.num_threads()),
       [&](int64_t, int64_t, int) {
+        std::optional<AmxTileScope> tiles;
+        if (kernel == QuantKernel::kAmx) tiles.emplace();
         for (int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
              chunk < chunks;
              chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
@@ -478,8 +516,10 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                                   yp,
                                   ldy,
                                   masks};
-            if (!vnni) {
+            if (kernel == QuantKernel::kScalar) {
               PanelScalar(w, args, M, valid);
+            } else if (kernel == QuantKernel::kAmx) {
+              QuantPanelAmx(args, M, bits, asym);
             } else if (bits == 8) {
               asym ? PanelVnni<8, true>(args, M) : PanelVnni<8, false>(args, M);
             } else {

@@ -1,10 +1,11 @@
 // Weight matrices quantized to 8 or 4 bits for the CPU, and their matmul
-// (AVX512-VNNI vpdpbusd). Weights W[n][k] = scale[g][n] * (u[n][k] -
-// zero[g][n]) for k in group g (group_size consecutive k), u unsigned
-// (0..255 or 0..15), scales stored as f16, zero points per (group, column)
-// or one constant (symmetric: 128 or 8). Packed once into panels of 64
-// output columns, group-major; per group the codes of 4 consecutive k of a
-// column share a 32-bit lane (vpdpbusd's operand), int4 two codes per byte.
+// (AVX512-VNNI vpdpbusd, or AMX-INT8 tiles for products of many rows). Weights
+// W[n][k] = scale[g][n] * (u[n][k] - zero[g][n]) for k in group g (group_size
+// consecutive k), u unsigned (0..255 or 0..15), scales stored as f16, zero
+// points per (group, column) or one constant (symmetric: 128 or 8). Packed once
+// into panels of 64 output columns, group-major; per group the codes of 4
+// consecutive k of a column share a 32-bit lane (vpdpbusd's operand), int4 two
+// codes per byte.
 //
 // Arithmetic (the same for any number of rows, their neighbours or the
 // thread count: batch-invariant). Each activation row is quantized in blocks
@@ -89,6 +90,16 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
 
 // True when the VNNI kernel runs (else the scalar fallback, same bits).
 bool CpuHasAvx512Vnni();
+
+// QuantMatMul's kernels, all with the same bits. kAuto (the default) takes
+// AMX-INT8 for products of 16 rows or more where the CPU has it, else VNNI
+// where it has that, else scalar code; PDSERVE_QUANT_KERNEL=amx|vnni|scalar
+// forces one for the process.
+enum class QuantKernel { kAuto, kScalar, kVnni, kAmx };
+// Forces a kernel for every later QuantMatMul in the process (tests,
+// benchmarks); kAuto restores the default. False, and nothing changes,
+// where this CPU cannot run it.
+bool ForceQuantKernel(QuantKernel kernel);
 
 }  // namespace pdserve
 
