@@ -125,13 +125,16 @@ void PanelAmx(const QuantPanelArgs& a, int64_t M) {
   alignas(64) float scales[kBatch][kPanel];
   alignas(64) int32_t zeros[kBatch][kPanel];
   alignas(64) float acc[kAmxRowGroup * kPanel];
-  // The panel's codes as the tiles read them, converted by the first row
-  // group for the others (at most 2 KiB per block of 32 k).
+  // The codes as the tiles read them: one block at a time for a single row
+  // group; else the whole panel's, converted by the first row group for the
+  // others (2 KiB per block of 32 k).
   constexpr bool kConvert = kBits == 4 || kSigned;
+  alignas(64) uint8_t block_codes[2048];
   thread_local AlignedBuffer converted;
   thread_local int64_t converted_bytes = 0;
   const int64_t blocks = a.groups * a.blocks_per_group;
-  if (kConvert && converted_bytes < blocks * 2048) {
+  const bool cache = M > kAmxRowGroup;
+  if (kConvert && cache && converted_bytes < blocks * 2048) {
     converted = AllocateAligned(blocks * 2048);
     converted_bytes = blocks * 2048;
   }
@@ -165,7 +168,8 @@ void PanelAmx(const QuantPanelArgs& a, int64_t M) {
         const char* codes = gp + (blk % a.blocks_per_group) * kBlockCodeBytes;
         if constexpr (kConvert) {
           uint8_t* dst =
-              reinterpret_cast<uint8_t*>(converted.get()) + blk * 2048;
+              cache ? reinterpret_cast<uint8_t*>(converted.get()) + blk * 2048
+                    : block_codes;
           codes = m0 == 0 ? TileCodes<kBits, kSigned>(codes, dst)
                           : reinterpret_cast<const char*>(dst);
         }
