@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -481,16 +482,17 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   std::fprintf(stderr, "\r\033[K");
   if (!verified.ok()) return Fail(verified.ToString());
 
-  // Ratio of a path to its reference row, per round, median.
-  auto vs_reference = [&](const Path& p) -> double {
+  // Ratio of a path to its reference row, per round, median; nullopt when
+  // the reference did not run (not in --kv_bench_paths, or it failed).
+  auto vs_reference = [&](const Path& p) -> std::optional<double> {
     for (const Path& r : paths) {
-      if (r.name != p.reference) continue;
+      if (r.name != p.reference || r.gbps.size() != p.gbps.size()) continue;
       std::vector<double> q;
       for (size_t i = 0; i < p.gbps.size(); ++i)
         q.push_back(p.gbps[i] / r.gbps[i]);
       return Median(q);
     }
-    return 0;
+    return std::nullopt;
   };
   if (absl::GetFlag(FLAGS_json)) {
     nlohmann::json j;
@@ -510,7 +512,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       }
       if (!p.reference.empty()) {
         j["results"][p.name]["reference"] = p.reference;
-        j["results"][p.name]["ratio_to_reference"] = vs_reference(p);
+        if (const auto ratio = vs_reference(p)) {
+          j["results"][p.name]["ratio_to_reference"] = *ratio;
+        }
       }
     }
     std::printf("%s\n", j.dump(2).c_str());
@@ -528,7 +532,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   for (const Path& p : paths) {
     std::string ref;
     if (!p.reference.empty()) {
-      ref = absl::StrFormat("%.3fx %s", vs_reference(p), p.reference);
+      const auto ratio = vs_reference(p);
+      ref = ratio ? absl::StrFormat("%.3fx %s", *ratio, p.reference)
+                  : absl::StrCat(p.reference, " not run");
     }
     const std::string cpu =
         p.cpu.empty() ? "-" : absl::StrFormat("%.3f", Median(p.cpu));
