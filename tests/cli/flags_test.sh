@@ -84,5 +84,19 @@ expect 1 "up --kv_transport=bogus" "kv_transport" \
   -- timeout 20 "$PDSERVE" up --kv_transport=bogus --port=0 --http_port=0
 grep -q "logs in" "$WORK/out" && fail "up --kv_transport=bogus started children before refusing"
 
+# bench-kv-transfer without its ucx_perftest reference names it as not run
+# (not a ratio of 0), in text and --json.
+expect 0 "bench-kv-transfer without ucx_perftest: reference not run" \
+  "ucx_perftest tag_bw not run" \
+  -- "$PDSERVE" bench-kv-transfer --kv_bench_tokens=64 --kv_bench_repeats=1 \
+  --kv_bench_paths=memcpy,ucx
+"$PDSERVE" bench-kv-transfer --kv_bench_tokens=64 --kv_bench_repeats=1 \
+  --kv_bench_paths=memcpy,ucx --json >"$WORK/bench.json" 2>/dev/null
+if grep -q '"median_gbps"' "$WORK/bench.json" && ! grep -q ratio_to_reference "$WORK/bench.json"; then
+  ok "bench-kv-transfer --json leaves out the ratio to a reference that did not run"
+else
+  fail "bench-kv-transfer --json: $(head -c 400 "$WORK/bench.json")"
+fi
+
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"
