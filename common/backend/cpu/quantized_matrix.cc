@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -261,6 +262,12 @@ QuantKernel KernelFromEnv() {
   if (name == "amx" && CpuHasAmxInt8()) return QuantKernel::kAmx;
   if (name == "vnni" && CpuHasAvx512Vnni()) return QuantKernel::kVnni;
   if (name == "scalar") return QuantKernel::kScalar;
+  if (!name.empty() && name != "auto") {
+    std::fprintf(stderr,
+                 "pdserve: PDSERVE_QUANT_KERNEL=%s ignored (amx, vnni or "
+                 "scalar, and this CPU must run it); choosing by CPU\n",
+                 name.c_str());
+  }
   return QuantKernel::kAuto;
 }
 
