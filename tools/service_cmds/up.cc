@@ -277,6 +277,16 @@ int RunUp(const std::vector<std::string>&) {
   if (threads == 0) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     threads = std::max(1, cores / std::max(1, num_p + num_d));
+    if (mode != "colocated" && num_p >= 1 && cores < 4) {
+      // docs/performance.md, "served layout": on a quiet 2-core host one
+      // colocated worker with both cores served 1.6-1.7x the tokens/s.
+      std::fprintf(stderr,
+                   "pdserve up: %d cores split over %d workers; on a host "
+                   "this small, --mode=colocated --prefill=0 (one worker, "
+                   "all cores) serves more tokens/s (docs/performance.md, "
+                   "served layout)\n",
+                   cores, num_p + num_d);
+    }
   }
   const absl::Time deadline =
       absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_startup_timeout_seconds));
