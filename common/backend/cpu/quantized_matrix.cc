@@ -102,10 +102,8 @@ void QuantizeRowAvx512(const float* x, int64_t k, int64_t blocks, int8_t* q,
   }
 }
 
-using KernelArgs = QuantPanelArgs;
-
 template <int R, int kBits, bool kAsym>
-inline void KernelVnni(const KernelArgs& a) {
+inline void KernelVnni(const QuantPanelArgs& a) {
   __m512 acc[R][4];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
@@ -185,7 +183,7 @@ inline void KernelVnni(const KernelArgs& a) {
 }
 
 template <int kBits, bool kAsym>
-void PanelVnni(KernelArgs a, int64_t M) {
+void PanelVnni(QuantPanelArgs a, int64_t M) {
   const int8_t* xq = a.xq;
   const float* xs = a.xs;
   const int32_t* xsum = a.xsum;
@@ -213,7 +211,7 @@ void PanelVnni(KernelArgs a, int64_t M) {
 
 // ---------------------------------------------------------------- Scalar
 // Same arithmetic as KernelVnni.
-void PanelScalar(const QuantizedMatrix& w, const KernelArgs& a, int64_t M,
+void PanelScalar(const QuantizedMatrix& w, const QuantPanelArgs& a, int64_t M,
                  int valid) {
   const int bits = w.format().bits;
   for (int64_t m = 0; m < M; ++m) {
@@ -510,19 +508,19 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
               masks[c] = static_cast<__mmask16>((1u << n) - 1u);
             }
             float* yp = y + p * kPanel;
-            const KernelArgs args{rows.q.data(),
-                                  rows.scale.data(),
-                                  rows.sum.data(),
-                                  rows.ldq,
-                                  rows.ldb,
-                                  w.panel(p),
-                                  w.groups(),
-                                  G / kBlock,
-                                  w.code_bytes(),
-                                  w.group_bytes(),
-                                  yp,
-                                  ldy,
-                                  masks};
+            const QuantPanelArgs args{rows.q.data(),
+                                      rows.scale.data(),
+                                      rows.sum.data(),
+                                      rows.ldq,
+                                      rows.ldb,
+                                      w.panel(p),
+                                      w.groups(),
+                                      G / kBlock,
+                                      w.code_bytes(),
+                                      w.group_bytes(),
+                                      yp,
+                                      ldy,
+                                      masks};
             if (kernel == QuantKernel::kScalar) {
               PanelScalar(w, args, M, valid);
             } else if (kernel == QuantKernel::kAmx) {
