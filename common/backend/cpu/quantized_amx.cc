@@ -77,24 +77,9 @@ inline const char* TileCodes(const char* src, uint8_t* dst) {
 // Integer sums of one block for the row group's one or two row tiles and
 // the four column tiles, into sums[32 rows][64 columns]. kSigned: signed
 // weight codes (tdpbssd), else unsigned (tdpbsud).
-// One row tile's sums against the two column tiles in tiles 6 and 7: sum
-// tiles kSum and kSum + 1 from activation tile kRows, stored 16 columns
-// apart into out (rows 64 columns apart).
-template <int kSum, int kRows, bool kSigned>
-inline void RowTileSums(int32_t* out) {
-  _tile_zero(kSum);
-  _tile_zero(kSum + 1);
-  if constexpr (kSigned) {
-    _tile_dpbssd(kSum, kRows, 6);
-    _tile_dpbssd(kSum + 1, kRows, 7);
-  } else {
-    _tile_dpbsud(kSum, kRows, 6);
-    _tile_dpbsud(kSum + 1, kRows, 7);
-  }
-  _tile_stored(kSum, out, 256);
-  _tile_stored(kSum + 1, out + 16, 256);
-}
-
+// (The _tile_* intrinsics are macros that paste their tile numbers into the
+// instruction text, so the tile numbers must be literals: no helper
+// templated on them.)
 template <bool kTwo, bool kSigned>
 inline void BlockSums(const int8_t* xq, int64_t ldq, const char* codes,
                       int32_t* sums) {
@@ -104,9 +89,29 @@ inline void BlockSums(const int8_t* xq, int64_t ldq, const char* codes,
   for (int h = 0; h < 2; ++h) {
     _tile_loadd(6, codes + 128 * h, 256);
     _tile_loadd(7, codes + 128 * h + 64, 256);
-    RowTileSums<0, 4, kSigned>(sums + 32 * h);
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (kSigned) {
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 4, 7);
+    } else {
+      _tile_dpbsud(0, 4, 6);
+      _tile_dpbsud(1, 4, 7);
+    }
+    _tile_stored(0, sums + 32 * h, 256);
+    _tile_stored(1, sums + 32 * h + 16, 256);
     if constexpr (kTwo) {
-      RowTileSums<2, 5, kSigned>(sums + 16 * kPanel + 32 * h);
+      _tile_zero(2);
+      _tile_zero(3);
+      if constexpr (kSigned) {
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+      } else {
+        _tile_dpbsud(2, 5, 6);
+        _tile_dpbsud(3, 5, 7);
+      }
+      _tile_stored(2, sums + 16 * kPanel + 32 * h, 256);
+      _tile_stored(3, sums + 16 * kPanel + 32 * h + 16, 256);
     }
   }
 }
