@@ -47,7 +47,7 @@ class CheckpointSource : public ModelSource {
     ASSIGN_OR_RETURN(std::string config_text, ReadFile(config_path));
     ASSIGN_OR_RETURN(src->config_, ParseModelConfig(config_text, config_path));
     ASSIGN_OR_RETURN(src->checkpoint_quant_,
-                     ParseCheckpointQuant(config_text, config_path));
+                     ReadCheckpointQuant(dir, config_text));
     const std::string gen_path = dir + "/generation_config.json";
     std::string gen_text;
     struct stat st;
@@ -57,6 +57,18 @@ class CheckpointSource : public ModelSource {
     ASSIGN_OR_RETURN(src->gen_config_,
                      ParseGenerationConfig(gen_text, gen_path, src->config_));
     ASSIGN_OR_RETURN(src->ckpt_, Checkpoint::Open(dir));
+    if (!src->checkpoint_quant_.has_value()) {
+      for (const TensorInfo* t : src->ckpt_->AllTensors()) {
+        if (absl::EndsWith(t->name, ".qweight")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              t->file, ": tensor '", t->name,
+              "' is a packed GPTQ/AWQ weight, but neither config.json's "
+              "quantization_config nor quantize_config.json / "
+              "quant_config.json says how it is packed; add the "
+              "quantization_config the quantizer wrote"));
+        }
+      }
+    }
     // Fingerprint: config + metadata + sampled bytes of every tensor.
     XXH3_state_t* state = XXH3_createState();
     XXH3_128bits_reset(state);

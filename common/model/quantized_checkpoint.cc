@@ -1,7 +1,11 @@
 #include "common/model/quantized_checkpoint.h"
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/util/status_macros.h"
@@ -54,33 +58,33 @@ std::string CheckpointQuant::ToString() const {
                       method == "gptq" && !zeros_minus_one ? "-v2" : "");
 }
 
-absl::StatusOr<std::optional<CheckpointQuant>> ParseCheckpointQuant(
-    absl::string_view config_json, absl::string_view source) {
-  Json j;
-  try {
-    j = Json::parse(config_json.begin(), config_json.end());
-  } catch (const Json::exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": invalid JSON: ", e.what()));
-  }
-  if (!j.is_object() || !j.contains("quantization_config") ||
-      j["quantization_config"].is_null()) {
-    return std::nullopt;
-  }
-  const Json& qc = j["quantization_config"];
+namespace {
+
+// One quantization object (config.json's quantization_config, or a whole
+// quantize_config.json / quant_config.json), `where` naming it in errors.
+// `default_method` stands in for a missing quant_method (the side files of
+// AutoGPTQ and AutoAWQ may omit it); empty: quant_method is required.
+absl::StatusOr<CheckpointQuant> ParseQuantObject(
+    const Json& qc, const std::string& default_method,
+    const std::string& where) {
   auto bad = [&](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": quantization_config: ", why));
+    return absl::InvalidArgumentError(absl::StrCat(where, ": ", why));
   };
-  if (!qc.is_object() || !qc.contains("quant_method") ||
-      !qc["quant_method"].is_string()) {
+  if (!qc.is_object()) return bad("not a JSON object");
+  CheckpointQuant q;
+  if (qc.contains("quant_method") && qc["quant_method"].is_string()) {
+    q.method = qc["quant_method"].get<std::string>();
+  } else if (!default_method.empty() &&
+             (!qc.contains("quant_method") || qc["quant_method"].is_null())) {
+    q.method = default_method;
+  } else {
     return bad("missing string 'quant_method'");
   }
-  CheckpointQuant q;
-  q.method = qc["quant_method"].get<std::string>();
+  // Published files spell the method in either case ("GPTQ", "AWQ").
+  q.method = absl::AsciiStrToLower(q.method);
   if (q.method != "gptq" && q.method != "awq") {
     return absl::UnimplementedError(
-        absl::StrCat(source, ": quantization_config: quant_method '", q.method,
+        absl::StrCat(where, ": quant_method '", q.method,
                      "' is not supported (supported: gptq, awq)"));
   }
   auto integer = [&](const char* key, int fallback, int* out) -> absl::Status {
@@ -119,9 +123,8 @@ absl::StatusOr<std::optional<CheckpointQuant>> ParseCheckpointQuant(
   }
   if (q.method == "gptq") {
     if (q.bits != 4 && q.bits != 8) {
-      return absl::UnimplementedError(
-          absl::StrCat(source, ": quantization_config: GPTQ with ", q.bits,
-                       " bits is not supported (4 or 8)"));
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": GPTQ with ", q.bits, " bits is not supported (4 or 8)"));
     }
     RETURN_IF_ERROR(boolean("desc_act", false, &q.desc_act));
     RETURN_IF_ERROR(boolean("sym", true, &q.sym));
@@ -129,38 +132,81 @@ absl::StatusOr<std::optional<CheckpointQuant>> ParseCheckpointQuant(
     if (qc.contains("checkpoint_format") && qc["checkpoint_format"].is_string())
       format = qc["checkpoint_format"].get<std::string>();
     if (format != "gptq" && format != "gptq_v2") {
-      return absl::UnimplementedError(absl::StrCat(
-          source, ": quantization_config: GPTQ checkpoint_format '", format,
-          "' is not supported (gptq, gptq_v2)"));
+      return absl::UnimplementedError(
+          absl::StrCat(where, ": GPTQ checkpoint_format '", format,
+                       "' is not supported (gptq, gptq_v2)"));
     }
     q.zeros_minus_one = format == "gptq";
   } else {
     if (q.bits != 4) {
-      return absl::UnimplementedError(
-          absl::StrCat(source, ": quantization_config: AWQ with ", q.bits,
-                       " bits is not supported (4)"));
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": AWQ with ", q.bits, " bits is not supported (4)"));
     }
     std::string version = "gemm";
     if (qc.contains("version") && qc["version"].is_string()) {
       version = qc["version"].get<std::string>();
     }
-    if (version != "gemm" && version != "GEMM") {
-      return absl::UnimplementedError(
-          absl::StrCat(source, ": quantization_config: AWQ version '", version,
-                       "' is not supported (gemm)"));
+    if (absl::AsciiStrToLower(version) != "gemm") {
+      return absl::UnimplementedError(absl::StrCat(
+          where, ": AWQ version '", version, "' is not supported (gemm)"));
     }
     bool zero_point = true;
     RETURN_IF_ERROR(boolean("zero_point", true, &zero_point));
     if (!zero_point) {
-      return absl::UnimplementedError(absl::StrCat(
-          source,
-          ": quantization_config: AWQ with zero_point false is not supported "
-          "(AutoAWQ's gemm format stores zero points)"));
+      return absl::UnimplementedError(
+          absl::StrCat(where,
+                       ": AWQ with zero_point false is not supported "
+                       "(AutoAWQ's gemm format stores zero points)"));
     }
     q.sym = false;
     q.zeros_minus_one = false;
   }
   return q;
+}
+
+absl::StatusOr<Json> ParseJson(absl::string_view text,
+                               absl::string_view source) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": invalid JSON: ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<CheckpointQuant>> ParseCheckpointQuant(
+    absl::string_view config_json, absl::string_view source) {
+  ASSIGN_OR_RETURN(Json j, ParseJson(config_json, source));
+  if (!j.is_object() || !j.contains("quantization_config") ||
+      j["quantization_config"].is_null()) {
+    return std::nullopt;
+  }
+  return ParseQuantObject(j["quantization_config"], "",
+                          absl::StrCat(source, ": quantization_config"));
+}
+
+absl::StatusOr<std::optional<CheckpointQuant>> ReadCheckpointQuant(
+    const std::string& dir, absl::string_view config_json) {
+  ASSIGN_OR_RETURN(std::optional<CheckpointQuant> q,
+                   ParseCheckpointQuant(config_json, dir + "/config.json"));
+  if (q.has_value()) return q;
+  // AutoGPTQ's and AutoAWQ's own exports describe the packing in a side
+  // file instead (config.json's key came with transformers' integration).
+  const std::pair<const char*, const char*> side_files[] = {
+      {"quantize_config.json", "gptq"}, {"quant_config.json", "awq"}};
+  for (const auto& [name, method] : side_files) {
+    const std::string path = dir + "/" + name;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    const std::string text((std::istreambuf_iterator<char>(in)),
+                           std::istreambuf_iterator<char>());
+    ASSIGN_OR_RETURN(Json j, ParseJson(text, path));
+    ASSIGN_OR_RETURN(CheckpointQuant side, ParseQuantObject(j, method, path));
+    return side;
+  }
+  return std::nullopt;
 }
 
 absl::StatusOr<QuantizedWeight> LoadQuantizedLinear(const Checkpoint& ckpt,

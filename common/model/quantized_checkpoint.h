@@ -2,9 +2,10 @@
 // "gptq": bits 4 or 8, any group_size including -1, desc_act with g_idx, sym
 // or not, checkpoint_format "gptq" or "gptq_v2") and AWQ (quant_method "awq",
 // version "gemm", 4 bits, zero_point) safetensors. Reads config.json's
-// quantization_config and unpacks one linear layer's qweight / qzeros /
-// scales (/ g_idx) into plain codes, scales and zero points, following the
-// published bit orders:
+// quantization_config (or, where it has none, AutoGPTQ's
+// quantize_config.json or AutoAWQ's quant_config.json) and unpacks one linear
+// layer's qweight / qzeros / scales (/ g_idx) into plain codes, scales and zero
+// points, following the published bit orders:
 // - GPTQ: qweight int32 [in * bits / 32][out], packed along `in`: element t
 //   of a word (bits [t*bits, (t+1)*bits)) is input row word * 32/bits + t;
 //   qzeros int32 [groups][out * bits / 32] packed the same way along `out`,
@@ -30,7 +31,7 @@
 
 namespace pdserve {
 
-// config.json's quantization_config, validated.
+// How a checkpoint's weights are quantized, validated.
 struct CheckpointQuant {
   std::string method;    // "gptq" | "awq"
   int bits = 4;          // gptq: 4 or 8; awq: 4
@@ -47,6 +48,14 @@ struct CheckpointQuant {
 // version that is not supported (e.g. 3 bits, AWQ "gemv").
 absl::StatusOr<std::optional<CheckpointQuant>> ParseCheckpointQuant(
     absl::string_view config_json, absl::string_view source);
+
+// The checkpoint in `dir`: config.json's quantization_config (its text is
+// `config_json`) if present, else `dir`/quantize_config.json (AutoGPTQ;
+// quant_method defaults to gptq), else `dir`/quant_config.json (AutoAWQ:
+// w_bit, q_group_size, version "GEMM"; defaults to awq). nullopt when none
+// says the weights are quantized; errors name the file and key.
+absl::StatusOr<std::optional<CheckpointQuant>> ReadCheckpointQuant(
+    const std::string& dir, absl::string_view config_json);
 
 // One linear layer, unpacked. rows = out features, cols = in features.
 struct QuantizedWeight {

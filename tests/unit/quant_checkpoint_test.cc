@@ -85,7 +85,7 @@ void CheckUnpacked(const std::string& dir) {
   std::ifstream in(dir + "/config.json");
   std::string text((std::istreambuf_iterator<char>(in)),
                    std::istreambuf_iterator<char>());
-  auto quant = ParseCheckpointQuant(text, "config.json");
+  auto quant = ReadCheckpointQuant(dir, text);
   ASSERT_TRUE(quant.ok() && quant->has_value()) << quant.status();
   for (const std::string& prefix : LinearPrefixes()) {
     const TensorInfo* codes = (*expected)->Find(prefix + ".codes");
@@ -233,6 +233,30 @@ TEST_F(QuantCheckpointTest, OtherBitsGroupsAndZeroFormats) {
   }
 }
 
+// AutoGPTQ's and AutoAWQ's own exports: the packing described in
+// quantize_config.json / quant_config.json, config.json having none.
+TEST_F(QuantCheckpointTest, QuantizerSideFilesDescribeThePacking) {
+  for (const char* kind : {"gptq4-sidefile", "gptq8-actorder-sidefile",
+                           "gptq4-asym-sidefile", "awq4-sidefile"}) {
+    SCOPED_TRACE(kind);
+    const std::string dir = Write(kind);
+    std::ifstream in(dir + "/config.json");
+    const std::string config((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+    ASSERT_EQ(config.find("quantization_config"), std::string::npos);
+    CheckUnpacked(dir);
+    CheckLogits(dir);
+  }
+  // The side file's settings are the ones used (and fingerprinted).
+  const std::string gptq = *dir_ + "/gptq4-sidefile";
+  auto q = ReadCheckpointQuant(gptq, "{}");
+  ASSERT_TRUE(q.ok() && q->has_value()) << q.status();
+  EXPECT_EQ((*q)->ToString(), "gptq-4b-g32-sym");
+  q = ReadCheckpointQuant(*dir_ + "/awq4-sidefile", "{}");
+  ASSERT_TRUE(q.ok() && q->has_value()) << q.status();
+  EXPECT_EQ((*q)->ToString(), "awq-4b-g32-asym");
+}
+
 // (d): refused at load, the message naming the tensor (or the config key).
 TEST_F(QuantCheckpointTest, BadCheckpointsAreRefusedNamingTheTensor) {
   const std::pair<const char*, const char*> cases[] = {
@@ -240,6 +264,7 @@ TEST_F(QuantCheckpointTest, BadCheckpointsAreRefusedNamingTheTensor) {
       {"bad-shape", "model.layers.1.mlp.up_proj.qweight"},
       {"bad-no-scales", "model.layers.0.self_attn.o_proj.scales"},
       {"bad-actorder-no-gidx", "model.layers.0.self_attn.q_proj.g_idx"},
+      {"bad-no-quant-config", "quantization_config"},
   };
   for (const auto& [kind, needle] : cases) {
     const std::string dir = Write(kind);

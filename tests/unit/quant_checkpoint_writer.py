@@ -24,7 +24,11 @@ usage: quant_checkpoint_writer.py OUT_DIR KIND
 KIND: gptq4 | gptq8 | gptq8-pc | gptq4-pc | gptq4-actorder |
       gptq8-actorder | gptq4-asym | gptq4-asym-v2 | awq4 | awq4-g64 |
       gptq4-g128 (any kind may end in -gN: groups of N input rows) |
-      bad-3bit | bad-shape | bad-no-scales | bad-actorder-no-gidx
+      bad-3bit | bad-shape | bad-no-scales | bad-actorder-no-gidx |
+      bad-no-quant-config (packed tensors, no quantization config anywhere)
+A kind ending in -sidefile writes the quantization config where AutoGPTQ
+(quantize_config.json, no quant_method) or AutoAWQ (quant_config.json:
+w_bit, q_group_size, version "GEMM") put it, config.json having none.
 """
 import json
 import os
@@ -167,6 +171,17 @@ def main():
             qconf["checkpoint_format"] = "gptq_v2"
     else:
         qconf.update({"version": "gemm", "zero_point": True})
+    sidefile = kind.endswith("-sidefile")
+    if sidefile and method == "gptq":
+        side_name = "quantize_config.json"
+        side = {"bits": bits, "group_size": group, "damp_percent": 0.01,
+                "desc_act": act_order, "static_groups": False, "sym": sym,
+                "true_sequential": True, "model_name_or_path": None,
+                "model_file_base_name": "model"}
+    elif sidefile:
+        side_name = "quant_config.json"
+        side = {"zero_point": True, "q_group_size": group, "w_bit": bits,
+                "version": "GEMM"}
     config = {
         "model_type": "llama", "hidden_size": HIDDEN,
         "intermediate_size": INTER, "num_hidden_layers": LAYERS,
@@ -176,6 +191,11 @@ def main():
         "tie_word_embeddings": False, "bos_token_id": 1, "eos_token_id": 2,
         "quantization_config": qconf,
     }
+    if sidefile or kind == "bad-no-quant-config":
+        del config["quantization_config"]
+    if sidefile:
+        with open(os.path.join(out_dir, side_name), "w") as f:
+            json.dump(side, f, indent=2)
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 
