@@ -81,6 +81,13 @@ TEST(UpTest, DemoPromptStreamsAStoryAndStops) {
   const auto pids = ChildPids(out);
   EXPECT_EQ(pids.size(), 3u);  // router, prefill, decode
   EXPECT_TRUE(AllGone(pids, absl::Seconds(5)));
+  // No --threads: cores / 2 workers each, or 2 threads each sharing the
+  // cores where that would be one (docs/performance.md, served layout).
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_EQ(absl::StrContains(err, "each worker gets 2 threads, sharing"),
+            cores / 2 == 1)
+      << cores << " cores: " << err;
 }
 
 // Waits for the ready line; returns the router address.

@@ -4,6 +4,7 @@
 // softmax and bit-identical to each query alone, and the thread pool's
 // static split.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -46,6 +47,41 @@ TEST(ThreadPool, CoversTheRangeOnceWithStaticSplit) {
       }
     }
   }
+}
+
+// Many short calls on more threads than this machine has cores (as `up`
+// now runs workers on small hosts: they share the cores): every range still
+// runs exactly once per call, with its own index, and no two running calls
+// share a range index.
+TEST(ThreadPool, EachRangeRunsOnceWhenThreadsOutnumberCores) {
+  const int threads =
+      2 * static_cast<int>(std::thread::hardware_concurrency()) + 1;
+  ThreadPool pool(threads);
+  std::vector<std::atomic<int>> running(threads);
+  std::atomic<bool> shared_index{false};
+  for (int call = 0; call < 3000; ++call) {
+    const int64_t n = 1 + call % 37;
+    std::vector<std::atomic<int>> hits(n);
+    std::vector<std::atomic<int>> index_of(n);
+    pool.ParallelFor(n, [&](int64_t b, int64_t e, int r) {
+      if (running[r].fetch_add(1) != 0) shared_index = true;
+      for (int64_t i = b; i < e; ++i) {
+        hits[i].fetch_add(1);
+        index_of[i].store(r);
+      }
+      if (call % 100 == 0) std::this_thread::yield();
+      running[r].fetch_sub(1);
+    });
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hits[i].load(), 1) << "call " << call << " element " << i;
+      if (n > 1) {
+        const int r = index_of[i].load();
+        ASSERT_TRUE(i >= n * r / threads && i < n * (r + 1) / threads)
+            << "call " << call << " element " << i << " range " << r;
+      }
+    }
+  }
+  EXPECT_FALSE(shared_index.load());
 }
 
 void CheckMatMul(DType dtype, int64_t N, int64_t K) {
