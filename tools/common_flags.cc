@@ -19,7 +19,9 @@ ABSL_FLAG(std::string, kv_cache_memory, "256MiB",
           "KV cache budget: bytes (e.g. 512MiB, 2GiB) or a fraction of free "
           "memory (e.g. 0.2)");
 ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
-ABSL_FLAG(int32_t, threads, 0, "compute threads (0 = all cores)");
+ABSL_FLAG(int32_t, threads, 0,
+          "compute threads of each worker (0 = all cores; `up`: the cores "
+          "split over its workers, 2 each where that would leave one)");
 ABSL_FLAG(int32_t, max_num_seqs, 64, "maximum sequences in one decode batch");
 ABSL_FLAG(int32_t, prefill_chunk_tokens, 512,
           "tokens of one prompt computed per forward pass at most (0 = no "
