@@ -112,6 +112,13 @@ TEST(UpTest, ClusterServesAndSigkillOfUpLeavesNoOrphans) {
       << up->out() << ReadFile(up->dir.path() + "/err");
   const auto pids = ChildPids(up->out());
   ASSERT_EQ(pids.size(), 5u);  // router + 2 prefill + 2 decode
+  // 4 workers: 2 threads each only where cores / 4 == 1 (never with more
+  // workers than cores).
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  EXPECT_EQ(absl::StrContains(ReadFile(up->dir.path() + "/err"),
+                              "each worker gets 2 threads, sharing"),
+            cores / 4 == 1)
+      << cores << " cores";
   auto stub = v1::Generation::NewStub(
       MakeChannel(router, grpc::InsecureChannelCredentials()));
   const ReferenceCase ref = LoadReferenceCases()[0];

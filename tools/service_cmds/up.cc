@@ -278,7 +278,9 @@ int RunUp(const std::vector<std::string>&) {
     const int cores = static_cast<int>(std::thread::hardware_concurrency());
     const int workers = std::max(1, num_p + num_d);
     threads = std::max(1, cores / workers);
-    if (threads == 1 && workers > 1 && cores >= 2) {
+    // cores / workers == 1: at least as many cores as workers, fewer than
+    // twice as many (more workers than cores keep one thread each).
+    if (cores / workers == 1 && workers > 1) {
       // docs/performance.md, "served layout": on a quiet 2-core host a
       // prefill and a decode worker with 2 threads each (sharing the cores)
       // served 1.69x (bf16) and 1.35x (int8) the tokens/s of one thread
