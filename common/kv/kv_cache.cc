@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -311,18 +312,20 @@ void KvCache::WriteRowAt(const std::vector<int32_t>& table, int layer, int kv,
 }
 
 void KvCache::WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
-                          int pos, int n, const char* rows, Xxh3Stream* hash) {
+                          int pos, int n, const char* rows, Xxh3Stream* hash,
+                          Stores stores) {
   const kv_internal::TileGeometry g = Geometry();
   const int bs = layout_.block_size;
   for (const int end = pos + n; pos < end;) {
     const int offset = pos % bs;
     const int count = std::min(end - pos, bs - offset);
     kv_internal::RowsToTiles(g, kv == 0, offset, offset + count, rows,
-                             Tile(table[pos / bs], layer, kv, 0));
+                             Tile(table[pos / bs], layer, kv, 0), stores);
     if (hash != nullptr) hash->Update(rows, count * row_bytes_);
     rows += count * row_bytes_;
     pos += count;
   }
+  if (stores == Stores::kStreaming) StreamingFence();
 }
 
 void KvCache::ReadRowAt(const std::vector<int32_t>& table, int layer, int kv,
@@ -380,6 +383,16 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
   return absl::OkStatus();
 }
 
+Stores KvCache::ImportStores(int64_t bytes) {
+  static const int forced = [] {
+    const char* v = std::getenv("PDSERVE_KV_STREAMING_IMPORT");
+    return v == nullptr ? -1 : std::atoi(v);
+  }();
+  const bool stream =
+      forced >= 0 ? forced != 0 : bytes >= kStreamingImportMinBytes;
+  return stream ? Stores::kStreaming : Stores::kCached;
+}
+
 absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
                                   absl::string_view bytes, uint64_t* xxh3) {
   auto it = seqs_.find(seq);
@@ -411,11 +424,12 @@ absl::Status KvCache::ImportLayer(SeqId seq, int layer, int begin, int end,
         absl::StrCat("KV import of ", n, " tokens expects ", 2 * n * row_bytes_,
                      " bytes, got ", bytes.size()));
   }
+  const Stores stores = ImportStores(bytes.size());
   Xxh3Stream hash;
   for (int kv = 0; kv < 2; ++kv) {
     WriteRowsAt(it->second.blocks, layer, kv, begin, static_cast<int>(n),
                 bytes.data() + kv * n * row_bytes_,
-                xxh3 != nullptr ? &hash : nullptr);
+                xxh3 != nullptr ? &hash : nullptr, stores);
   }
   if (xxh3 != nullptr) *xxh3 = hash.Digest();
   return absl::OkStatus();

@@ -144,10 +144,10 @@ class KvCache {
   // row_bytes() apart), block by block: whole blocks take the fast
   // transposes of kv_tile_copy.h.
   // `hash` (optional) takes the rows' bytes in order, each block's right
-  // after they were read.
+  // after they were read. `stores`: kv_tile_copy.h.
   void WriteRowsAt(const std::vector<int32_t>& table, int layer, int kv,
-                   int pos, int n, const char* rows,
-                   Xxh3Stream* hash = nullptr);
+                   int pos, int n, const char* rows, Xxh3Stream* hash = nullptr,
+                   Stores stores = Stores::kCached);
   void ReadRowAt(const std::vector<int32_t>& table, int layer, int kv, int pos,
                  char* row) const;
   void WriteRow(SeqId seq, int layer, int kv, int pos, const char* row) {
@@ -178,6 +178,13 @@ class KvCache {
   // imported, which it frees on a mismatch).
   absl::Status ImportLayer(SeqId seq, int layer, int begin, int end,
                            absl::string_view bytes, uint64_t* xxh3 = nullptr);
+  // How an import of `bytes` writes the pool: with non-temporal stores
+  // from kStreamingImportMinBytes up (a long prompt's KV, which will not
+  // fit in cache anyway: measured in docs/performance.md, "KV transfer"),
+  // else ordinary ones. PDSERVE_KV_STREAMING_IMPORT=0/1 forces either (for
+  // A/B runs).
+  static Stores ImportStores(int64_t bytes);
+  static constexpr int64_t kStreamingImportMinBytes = int64_t{1} << 20;
 
  private:
   struct Sequence {

@@ -1,5 +1,6 @@
 #include "common/kv/kv_tile_copy.h"
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -96,20 +97,29 @@ PDSERVE_TILE_AVX512 inline __m512i Load16(const char* p) {
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
 }
-template <int kBytes>
+// kStream: a non-temporal store (p aligned to the store's width).
+template <int kBytes, bool kStream>
 PDSERVE_TILE_AVX512 inline void Store16(char* p, __m512i v) {
   if constexpr (kBytes == 4) {
-    _mm512_storeu_si512(p, v);
+    if constexpr (kStream) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), v);
+    } else {
+      _mm512_storeu_si512(p, v);
+    }
   } else {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtepi32_epi16(v));
+    const __m256i h = _mm512_cvtepi32_epi16(v);
+    if constexpr (kStream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
+    }
   }
 }
 
 // A whole block of 16 tokens: K tiles [head_dim][16] <-> rows, 16
 // dimensions at a time. kToTiles: `in` is rows and `out` tiles; else the
-// reverse.
-template <int kBytes, bool kToTiles>
+// reverse. kStream: non-temporal stores (tiles only).
+template <int kBytes, bool kToTiles, bool kStream = false>
 PDSERVE_TILE_AVX512 void BlockK16(const TileGeometry& g, const char* in,
                                   char* out) {
   const int64_t row_bytes = g.row_bytes();
@@ -128,8 +138,27 @@ PDSERVE_TILE_AVX512 void BlockK16(const TileGeometry& g, const char* in,
       }
       Transpose16x16(r);
       for (int i = 0; i < 16; ++i) {
-        Store16<kBytes>(out + (kToTiles ? tile_at(h, i, d0) : row_at(h, i, d0)),
-                        r[i]);
+        Store16<kBytes, kStream>(
+            out + (kToTiles ? tile_at(h, i, d0) : row_at(h, i, d0)), r[i]);
+      }
+    }
+  }
+}
+
+// A whole block of 16 tokens into V tiles [16][head_dim] with
+// non-temporal stores: each head's tile is 16 row slices back to back.
+PDSERVE_TILE_AVX512 void BlockV16Stream(const TileGeometry& g, const char* rows,
+                                        char* tiles) {
+  const int64_t row_bytes = g.row_bytes();
+  const int64_t slice = int64_t{g.head_dim} * g.elem_bytes;  // % 64 == 0
+  for (int h = 0; h < g.kv_heads; ++h) {
+    char* tile = tiles + h * g.head_stride;
+    for (int i = 0; i < 16; ++i) {
+      const char* in = rows + i * row_bytes + h * slice;
+      char* out = tile + i * slice;
+      for (int64_t at = 0; at < slice; at += 64) {
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(out + at),
+                            _mm512_loadu_si512(in + at));
       }
     }
   }
@@ -140,6 +169,17 @@ bool HasAvx512() {
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
   return has;
 }
+
+// Whether a whole block can be written with non-temporal stores: every
+// store lands on its own width's alignment (tiles are 64-byte aligned in
+// the pool) and V slices are whole cache lines.
+bool WholeBlockStreams(const TileGeometry& g, bool transposed,
+                       const char* tiles) {
+  if (reinterpret_cast<uintptr_t>(tiles) % 64 != 0 || g.head_stride % 64 != 0)
+    return false;
+  return transposed || (int64_t{g.head_dim} * g.elem_bytes) % 64 == 0;
+}
+
 #endif  // __x86_64__
 
 bool WholeBlockFast(const TileGeometry& g, int o0, int o1) {
@@ -159,8 +199,19 @@ bool TileCopyUsesAvx512(const TileGeometry& g) {
 }
 
 void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
-                 const char* rows, char* tiles) {
+                 const char* rows, char* tiles, Stores stores) {
 #if defined(__x86_64__)
+  if (stores == Stores::kStreaming && WholeBlockFast(g, o0, o1) &&
+      WholeBlockStreams(g, transposed, tiles)) {
+    if (!transposed) {
+      BlockV16Stream(g, rows, tiles);
+    } else if (g.elem_bytes == 4) {
+      BlockK16<4, true, true>(g, rows, tiles);
+    } else {
+      BlockK16<2, true, true>(g, rows, tiles);
+    }
+    return;
+  }
   if (transposed && WholeBlockFast(g, o0, o1)) {
     if (g.elem_bytes == 4) {
       BlockK16<4, true>(g, rows, tiles);

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "common/util/streaming_copy.h"
+
 namespace pdserve::kv_internal {
 
 struct TileGeometry {
@@ -26,8 +28,13 @@ struct TileGeometry {
 // Rows of block offsets [o0, o1) (consecutive, row_bytes() apart, the first
 // at `rows`) into one block's tiles of one layer (K: transposed) and back.
 // `tiles` is the kv head 0 tile; the others follow head_stride apart.
+// Stores::kStreaming (streaming_copy.h) writes whole blocks with
+// non-temporal stores where the CPU and the alignment allow (ordinary
+// stores otherwise), unfenced: the caller ends its run of them with
+// StreamingFence before the tiles are published to other threads.
 void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
-                 const char* rows, char* tiles);
+                 const char* rows, char* tiles,
+                 Stores stores = Stores::kCached);
 void TilesToRows(const TileGeometry& g, bool transposed, const char* tiles,
                  int o0, int o1, char* rows);
 

@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace pdserve {
@@ -79,12 +80,28 @@ void Xxh3Stream::Update(const void* data, size_t size) {
 
 uint64_t Xxh3Stream::Digest() const { return StreamFns().digest(state_); }
 
-uint64_t CopyWithXxh3(void* dst, const void* src, size_t size) {
+uint64_t CopyWithXxh3(void* dst, const void* src, size_t size, Stores stores) {
   // Pieces small enough to be hashed from L1 right after their copy.
   constexpr size_t kPiece = size_t{16} << 10;
   Xxh3Stream hash;
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
+  if (stores == Stores::kStreaming) {
+    // Up to dst's first cache line boundary alone, so that every piece
+    // after it starts on one: a partial line takes ordinary stores, whose
+    // read of the line from memory would otherwise stall every piece.
+    const size_t head = std::min(
+        size, (64 - (reinterpret_cast<uintptr_t>(d) & 63)) & size_t{63});
+    hash.Update(s, head);
+    std::memcpy(d, s, head);
+    for (size_t at = head; at < size; at += kPiece) {
+      const size_t n = std::min(kPiece, size - at);
+      hash.Update(s + at, n);  // src stays in L1 for the copy
+      StreamingCopyUnfenced(d + at, s + at, n);
+    }
+    StreamingFence();
+    return hash.Digest();
+  }
   for (size_t at = 0; at < size; at += kPiece) {
     const size_t n = std::min(kPiece, size - at);
     std::memcpy(d + at, s + at, n);

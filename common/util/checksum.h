@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/util/streaming_copy.h"
+
 namespace pdserve {
 
 // XXH3_64bits(data, size) (seed 0).
@@ -34,8 +36,11 @@ class Xxh3Stream {
 };
 
 // Copies `size` bytes from `src` to `dst` (not overlapping) and returns
-// their Xxh3, hashing each piece right after copying it.
-uint64_t CopyWithXxh3(void* dst, const void* src, size_t size);
+// their Xxh3, piece by piece: with Stores::kCached each piece is hashed
+// right after its copy (from cache); with kStreaming (streaming_copy.h)
+// each piece is hashed from src and then copied past the cache.
+uint64_t CopyWithXxh3(void* dst, const void* src, size_t size,
+                      Stores stores = Stores::kCached);
 
 // Which implementation Xxh3 uses on this CPU: "avx2" or "sse2" (libxxhash).
 const char* Xxh3Implementation();

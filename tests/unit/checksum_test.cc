@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/util/streaming_copy.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -107,6 +108,39 @@ TEST(Xxh3Stream, CopyWithXxh3CopiesAndHashes) {
     ASSERT_EQ(out.substr(1, n), data.substr(1, n)) << n;
     ASSERT_EQ(out.front(), 'x');
     ASSERT_EQ(out.back(), 'x');
+  }
+}
+
+// Non-temporal stores: the same bytes and hash as ordinary ones, for every
+// length class and every misalignment of the destination (the unaligned
+// head and tail take ordinary stores).
+TEST(Xxh3Stream, CopyWithXxh3StreamingCopiesAndHashes) {
+  const std::string data = RandomBytes((size_t{4} << 20) + 64, 23);
+  for (size_t n : Lengths()) {
+    for (size_t skew : {size_t{0}, size_t{1}, size_t{31}, size_t{32}}) {
+      std::string out(n + 66, 'x');
+      ASSERT_EQ(CopyWithXxh3(out.data() + skew, data.data() + 3, n,
+                             Stores::kStreaming),
+                XXH3_64bits(data.data() + 3, n))
+          << n << " skew " << skew;
+      ASSERT_EQ(out.substr(skew, n), data.substr(3, n)) << n;
+      ASSERT_EQ(out.find_first_not_of('x', skew + n), std::string::npos);
+      ASSERT_EQ(out.substr(0, skew), std::string(skew, 'x'));
+    }
+  }
+}
+
+TEST(StreamingCopy, CopiesEveryByteAndNothingElse) {
+  const std::string data = RandomBytes(size_t{1} << 20, 29);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{31}, size_t{127}, size_t{128},
+                   size_t{129}, size_t{4096} + 5, size_t{1} << 19}) {
+    for (size_t skew = 0; skew < 64; skew += 7) {
+      std::string out(n + 128, 'y');
+      StreamingCopy(out.data() + skew, data.data() + 5, n);
+      ASSERT_EQ(out.substr(skew, n), data.substr(5, n)) << n << " " << skew;
+      ASSERT_EQ(out.substr(0, skew), std::string(skew, 'y'));
+      ASSERT_EQ(out.find_first_not_of('y', skew + n), std::string::npos);
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 // a second engine, bf16 tolerance, and the continuous-batching scheduler.
 #include "common/engine/engine.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -12,6 +14,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/engine/scheduler.h"
+#include "common/kv/kv_cache.h"
 #include "common/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -330,6 +333,57 @@ TEST(KvTransfer, ExportImportContinuesBitIdenticallyF32) {
 }
 TEST(KvTransfer, ExportImportContinuesBitIdenticallyBf16) {
   CheckKvTransfer(DType::kBF16);
+}
+
+// A long prompt's KV at a real model's head size: each layer's import is
+// one chunk of 1 MiB or more, which D's pool takes with non-temporal stores
+// (KvCache::ImportStores), whole blocks through the streaming transposes.
+// Decoding on B after it must match A bit for bit.
+TEST(KvTransfer, LargeImportsWithStreamingStoresContinueBitIdentically) {
+  auto a = MakeEngine("synthetic:llama-110m", DType::kBF16, 2, 16);
+  auto b = MakeEngine("synthetic:llama-110m", DType::kBF16, 2, 16);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_EQ(a->fingerprint(), b->fingerprint());
+  const int V = a->config().vocab_size;
+  std::vector<int32_t> prompt(400);
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % V);
+  }
+  const int n = static_cast<int>(prompt.size());
+  const int64_t chunk = n * a->kv_layout().BytesPerTokenPerLayer();
+  if (std::getenv("PDSERVE_KV_STREAMING_IMPORT") == nullptr) {
+    ASSERT_EQ(KvCache::ImportStores(chunk), Stores::kStreaming) << chunk;
+  }
+  SeqId sa = *a->CreateSequence();
+  std::vector<float> la;
+  Engine::ForwardItem item{sa, prompt, true};
+  ASSERT_TRUE(a->Forward({&item, 1}, &la).ok());
+  SeqId sb = *b->CreateSequence();
+  ASSERT_TRUE(b->Reserve(sb, n + 8).ok());
+  for (int layer = 0; layer < a->config().num_layers; ++layer) {
+    std::string bytes;
+    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, n, &bytes).ok());
+    ASSERT_EQ(static_cast<int64_t>(bytes.size()), chunk);
+    ASSERT_TRUE(b->ImportLayerKv(sb, layer, 0, n, bytes).ok());
+  }
+  ASSERT_TRUE(b->SetSequenceLength(sb, n).ok());
+  for (int layer = 0; layer < a->config().num_layers; ++layer) {
+    std::string sent, back;
+    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, n, &sent).ok());
+    ASSERT_TRUE(b->ExportLayerKv(sb, layer, 0, n, &back).ok());
+    ASSERT_TRUE(back == sent) << "layer " << layer;
+  }
+  std::vector<float> lb;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t tok = static_cast<int32_t>(
+        std::max_element(la.begin(), la.begin() + V) - la.begin());
+    Engine::ForwardItem ia{sa, absl::MakeConstSpan(&tok, 1), true};
+    Engine::ForwardItem ib{sb, absl::MakeConstSpan(&tok, 1), true};
+    ASSERT_TRUE(a->Forward({&ia, 1}, &la).ok());
+    ASSERT_TRUE(b->Forward({&ib, 1}, &lb).ok());
+    ASSERT_TRUE(SameBits(la.data(), lb.data(), V)) << "step " << step;
+  }
 }
 
 TEST(KvTransfer, FingerprintDiffersAcrossModelsAndDtypes) {

@@ -156,14 +156,15 @@ TEST(KvCache, TilesHoldKeysTransposedAndValuesByRow) {
 }
 
 // Export and import move whole blocks of 16 tokens with 16 x 16 transposes
-// (AVX-512) and partial blocks one element at a time: both, for every block
-// size and head size, must put each element where the in-pool layout says
+// (AVX-512; imports with ordinary or non-temporal stores) and partial
+// blocks one element at a time: all of them, for every block size and head
+// size, must put each element where the in-pool layout says
 // (checked by indexing the tiles directly) and give back the same bytes.
 TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
   std::mt19937 rng(5);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int block_size : {16, 5, 1, 32}) {
-      for (int head_dim : {64, 32, 8}) {
+      for (int head_dim : {64, 32, 16, 8}) {
         KvLayout l;
         l.num_layers = 2;
         l.num_kv_heads = 3;
@@ -205,12 +206,27 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
           const int64_t n = end - begin;
           std::string wire(2 * n * row, '\0');
           for (char& c : wire) c = static_cast<char>(rng());
-          // Every other import hashes its bytes on the way.
+          // Every other import hashes its bytes on the way; every other
+          // one writes the pool with non-temporal stores (what ImportLayer
+          // does for large chunks), K and V through WriteRowsAt.
           uint64_t imported_xxh3 = 0;
           const bool hash_import = rng() % 2 == 0;
-          ASSERT_TRUE(kv->ImportLayer(s, layer, begin, end, wire,
-                                      hash_import ? &imported_xxh3 : nullptr)
-                          .ok());
+          const Stores stores =
+              rng() % 2 == 0 ? Stores::kCached : Stores::kStreaming;
+          SCOPED_TRACE(stores == Stores::kStreaming ? "streaming" : "cached");
+          if (stores == Stores::kCached) {
+            ASSERT_TRUE(kv->ImportLayer(s, layer, begin, end, wire,
+                                        hash_import ? &imported_xxh3 : nullptr)
+                            .ok());
+          } else {
+            Xxh3Stream hash;
+            for (int which = 0; which < 2; ++which) {
+              kv->WriteRowsAt(table, layer, which, begin, static_cast<int>(n),
+                              wire.data() + which * n * row,
+                              hash_import ? &hash : nullptr, stores);
+            }
+            imported_xxh3 = hash.Digest();
+          }
           if (hash_import) {
             EXPECT_EQ(imported_xxh3, Xxh3(wire.data(), wire.size()));
           }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/kv/kv_cache.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_worker.h"
@@ -37,12 +38,14 @@ class CopyingSinkFactory : public transport::KvSinkFactory {
   class Sink : public transport::KvSink {
    public:
     explicit Sink(CopyingSinkFactory* f) : f_(f) {}
-    // Hashes while copying, as the decode worker's import does.
+    // Hashes while copying, with the stores the decode worker's import
+    // uses for a chunk of this size.
     absl::Status OnChunk(const transport::KvChunkView& c,
                          uint64_t* xxh3) override {
       const int64_t bpt = f_->layout_.BytesPerTokenPerLayer();
       const int64_t at = (int64_t{c.layer} * f_->tokens_ + c.token_begin) * bpt;
-      *xxh3 = CopyWithXxh3(f_->dst_->data() + at, c.data.data(), c.data.size());
+      *xxh3 = CopyWithXxh3(f_->dst_->data() + at, c.data.data(), c.data.size(),
+                           KvCache::ImportStores(c.data.size()));
       return absl::OkStatus();
     }
     bool HashesChunks() const override { return true; }
