@@ -145,23 +145,36 @@ PDSERVE_TILE_AVX512 void BlockK16(const TileGeometry& g, const char* in,
   }
 }
 
-// A whole block of 16 tokens into V tiles [16][head_dim] with
-// non-temporal stores: each head's tile is 16 row slices back to back.
-PDSERVE_TILE_AVX512 void BlockV16Stream(const TileGeometry& g, const char* rows,
-                                        char* tiles) {
+// A whole block of 16 tokens between V tiles [16][head_dim] and rows: each
+// head's tile is 16 row slices back to back, copied a cache line at a time
+// (slices are whole lines). kToTiles: `in` is rows and `out` tiles, else
+// the reverse. kStream: non-temporal stores (tiles only).
+template <bool kToTiles, bool kStream>
+PDSERVE_TILE_AVX512 void BlockV16(const TileGeometry& g, const char* in,
+                                  char* out) {
   const int64_t row_bytes = g.row_bytes();
   const int64_t slice = int64_t{g.head_dim} * g.elem_bytes;  // % 64 == 0
   for (int h = 0; h < g.kv_heads; ++h) {
-    char* tile = tiles + h * g.head_stride;
     for (int i = 0; i < 16; ++i) {
-      const char* in = rows + i * row_bytes + h * slice;
-      char* out = tile + i * slice;
+      const int64_t row_at = i * row_bytes + h * slice;
+      const int64_t tile_at = h * g.head_stride + i * slice;
+      const char* from = in + (kToTiles ? row_at : tile_at);
+      char* to = out + (kToTiles ? tile_at : row_at);
       for (int64_t at = 0; at < slice; at += 64) {
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(out + at),
-                            _mm512_loadu_si512(in + at));
+        const __m512i v = _mm512_loadu_si512(from + at);
+        if constexpr (kStream) {
+          _mm512_stream_si512(reinterpret_cast<__m512i*>(to + at), v);
+        } else {
+          _mm512_storeu_si512(to + at, v);
+        }
       }
     }
   }
+}
+
+// Whether one head's slice of a row is whole cache lines (BlockV16).
+bool WholeLineSlices(const TileGeometry& g) {
+  return (int64_t{g.head_dim} * g.elem_bytes) % 64 == 0;
 }
 
 bool HasAvx512() {
@@ -177,7 +190,7 @@ bool WholeBlockStreams(const TileGeometry& g, bool transposed,
                        const char* tiles) {
   if (reinterpret_cast<uintptr_t>(tiles) % 64 != 0 || g.head_stride % 64 != 0)
     return false;
-  return transposed || (int64_t{g.head_dim} * g.elem_bytes) % 64 == 0;
+  return transposed || WholeLineSlices(g);
 }
 
 #endif  // __x86_64__
@@ -204,12 +217,16 @@ void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
   if (stores == Stores::kStreaming && WholeBlockFast(g, o0, o1) &&
       WholeBlockStreams(g, transposed, tiles)) {
     if (!transposed) {
-      BlockV16Stream(g, rows, tiles);
+      BlockV16<true, true>(g, rows, tiles);
     } else if (g.elem_bytes == 4) {
       BlockK16<4, true, true>(g, rows, tiles);
     } else {
       BlockK16<2, true, true>(g, rows, tiles);
     }
+    return;
+  }
+  if (!transposed && WholeBlockFast(g, o0, o1) && WholeLineSlices(g)) {
+    BlockV16<true, false>(g, rows, tiles);
     return;
   }
   if (transposed && WholeBlockFast(g, o0, o1)) {
@@ -231,6 +248,10 @@ void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
 void TilesToRows(const TileGeometry& g, bool transposed, const char* tiles,
                  int o0, int o1, char* rows) {
 #if defined(__x86_64__)
+  if (!transposed && WholeBlockFast(g, o0, o1) && WholeLineSlices(g)) {
+    BlockV16<false, false>(g, tiles, rows);
+    return;
+  }
   if (transposed && WholeBlockFast(g, o0, o1)) {
     if (g.elem_bytes == 4) {
       BlockK16<4, false>(g, tiles, rows);

@@ -2,7 +2,8 @@
 // KvCache keeps, per block, layer, K|V and kv head, one tile, the K tile
 // TRANSPOSED ([head_dim][block_size]) and the V tile [block_size][head_dim]
 // (kv_cache.h); a row is one token's [kv_heads][head_dim]. Whole blocks of
-// 16 tokens transpose 16 x 16 at a time with AVX-512 where the CPU has it
+// 16 tokens transpose 16 x 16 at a time (K) and copy a cache line at a time
+// (V, where a head's slice is whole lines) with AVX-512 where the CPU has it
 // (export and import of a pushed prompt's KV run at memory speed instead of
 // one element at a time). Pure data movement: every element lands bit for
 // bit. Stateless, thread-compatible.
