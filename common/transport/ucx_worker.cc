@@ -142,7 +142,7 @@ absl::Status UcxWorker::Init() {
   // - TCP_RX_SEG_SIZE: the TCP transport reads the socket into segments of
   //   this size and copies out of them; 512 KiB instead of 64 KiB takes 8x
   //   fewer reads of a chunk-sized rendezvous (bench-kv-transfer's
-  //   UCX_TLS=tcp push: 1.4x the GB/s at 0.75x the CPU per GB,
+  //   UCX_TLS=tcp push: 1.20-1.25x the GB/s at 0.78-0.87x the CPU per GB,
   //   docs/performance.md "KV transfer"). Set as a UCT key (RX_SEG_SIZE,
   //   which only the TCP transport has), which ucp_config_modify keeps and
   //   applies to each transport that has it.
