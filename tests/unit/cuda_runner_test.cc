@@ -18,6 +18,7 @@
 #include "common/backend/cuda/cuda_device.h"
 #include "common/engine/engine.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/engine_test_util.h"
 
 namespace pdserve {
 namespace {
@@ -28,30 +29,8 @@ namespace {
     if (!s.ok()) GTEST_SKIP() << "no GPU, skipped: " << s.message(); \
   } while (0)
 
-struct Reference {
-  std::vector<int32_t> prompt_ids, output_ids;
-  int max_new_tokens = 0;
-  std::vector<std::pair<int32_t, double>> top5;
-};
-
-std::vector<Reference> LoadReferences() {
-  std::ifstream in("models/stories260K/reference_greedy.jsonl");
-  std::vector<Reference> refs;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    Reference r;
-    r.prompt_ids = j["prompt_ids"].get<std::vector<int32_t>>();
-    r.output_ids = j["output_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = j["max_new_tokens"].get<int>();
-    for (const auto& p : j["first_logits_top5"]) {
-      r.top5.emplace_back(p[0].get<int32_t>(), p[1].get<double>());
-    }
-    refs.push_back(r);
-  }
-  return refs;
-}
+using testing_util::LoadReferences;
+using testing_util::Reference;
 
 std::unique_ptr<Engine> MakeEngine(const std::string& device,
                                    const std::string& model, DType dtype) {

@@ -1,10 +1,10 @@
 // Engine tests: exactness against stories260K's reference generations, batch
-// invariance (batch compositions, chunked prefill), KV export -> import into
-// a second engine, bf16 tolerance, and the continuous-batching scheduler.
+// invariance (batch compositions, chunked prefill), bf16 tolerance,
+// quantization, and the continuous-batching scheduler (KV export -> import
+// into a second engine: engine_kv_transfer_test.cc).
 #include "common/engine/engine.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -14,57 +14,19 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/engine/scheduler.h"
-#include "common/kv/kv_cache.h"
 #include "common/sampling/sampler.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/engine_test_util.h"
 
 namespace pdserve {
 namespace {
 
-struct Reference {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> output_ids;
-  int max_new_tokens;
-  std::string stop_reason;
-  std::vector<std::pair<int32_t, double>> top5;
-};
-
-std::vector<Reference> LoadReferences() {
-  std::ifstream in("models/stories260K/reference_greedy.jsonl");
-  std::vector<Reference> refs;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    Reference r;
-    r.prompt_ids = j["prompt_ids"].get<std::vector<int32_t>>();
-    r.output_ids = j["output_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = j["max_new_tokens"].get<int>();
-    r.stop_reason = j["stop_reason"].get<std::string>();
-    for (const auto& p : j["first_logits_top5"]) {
-      r.top5.emplace_back(p[0].get<int32_t>(), p[1].get<double>());
-    }
-    refs.push_back(r);
-  }
-  return refs;
-}
-
-std::unique_ptr<Engine> MakeEngine(const std::string& model, DType dtype,
-                                   int threads = 2, int block_size = 16,
-                                   const std::string& quantization = "none") {
-  EngineOptions o;
-  o.model = model;
-  o.weight_dtype = dtype;
-  o.quantization = *ParseQuantization(quantization);
-  o.kv_cache_bytes = 64 << 20;
-  o.num_threads = threads;
-  o.block_size = block_size;
-  o.max_batch_tokens = 1024;
-  auto e = Engine::Create(o);
-  EXPECT_TRUE(e.ok()) << e.status();
-  return e.ok() ? std::move(*e) : nullptr;
-}
+using testing_util::LoadReferences;
+using testing_util::MakeEngine;
+using testing_util::Reference;
+using testing_util::ReferencePrompts;
+using testing_util::SameBits;
 
 // Logits of the last token of `tokens`, run alone in one pass.
 std::vector<float> LogitsAlone(Engine& e, const std::vector<int32_t>& tokens) {
@@ -127,10 +89,6 @@ std::vector<int32_t> RandomTokens(std::mt19937& rng, int n, int vocab) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = d(rng);
   return t;
-}
-
-bool SameBits(const float* a, const float* b, int n) {
-  return std::memcmp(a, b, sizeof(float) * n) == 0;
 }
 
 // Checks, for one model and dtype, that each sequence's logits are
@@ -219,12 +177,6 @@ void CheckBatchInvariance(const std::string& model, DType dtype,
   EXPECT_EQ(e->free_blocks(), e->total_blocks());
 }
 
-std::vector<std::vector<int32_t>> ReferencePrompts() {
-  std::vector<std::vector<int32_t>> p;
-  for (const auto& r : LoadReferences()) p.push_back(r.prompt_ids);
-  return p;
-}
-
 TEST(BatchInvariance, Stories260KF32) {
   CheckBatchInvariance("models/stories260K", DType::kF32, ReferencePrompts());
 }
@@ -277,131 +229,6 @@ TEST(BatchInvariance, SyntheticTinyOneThreadVsThree) {
     }
     EXPECT_TRUE(SameBits(decoded[0].data(), decoded[1].data(), V)) << n;
   }
-}
-
-// Prefill on engine A, ship every layer's KV to engine B (another pool with
-// another block size), decode on B: identical to decoding on A.
-void CheckKvTransfer(DType dtype) {
-  auto a = MakeEngine("models/stories260K", dtype, 2, 16);
-  auto b = MakeEngine("models/stories260K", dtype, 1, 8);
-  ASSERT_EQ(a->fingerprint(), b->fingerprint());
-  const auto prompt = ReferencePrompts()[1];
-  const int V = a->config().vocab_size;
-  SeqId sa = *a->CreateSequence();
-  std::vector<float> la;
-  Engine::ForwardItem item{sa, prompt, true};
-  std::vector<int> layers_done;
-  ASSERT_TRUE(a->Forward({&item, 1}, &la, [&](int layer) {
-                 layers_done.push_back(layer);
-               }).ok());
-  EXPECT_EQ(layers_done.size(), static_cast<size_t>(a->config().num_layers));
-  SeqId sb = *b->CreateSequence();
-  const int n = static_cast<int>(prompt.size());
-  ASSERT_TRUE(b->Reserve(sb, n + 20).ok());
-  for (int layer = 0; layer < a->config().num_layers; ++layer) {
-    std::string bytes;
-    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, n, &bytes).ok());
-    EXPECT_EQ(static_cast<int64_t>(bytes.size()),
-              n * a->kv_layout().BytesPerTokenPerLayer());
-    // Two pieces, as a transfer in chunks would.
-    const size_t half_tokens = n / 2;
-    const size_t row = a->kv_layout().BytesPerTokenPerLayer() / 2;
-    std::string first, second;
-    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, half_tokens, &first).ok());
-    ASSERT_TRUE(a->ExportLayerKv(sa, layer, half_tokens, n, &second).ok());
-    EXPECT_EQ(first.substr(0, half_tokens * row),
-              bytes.substr(0, half_tokens * row));
-    ASSERT_TRUE(b->ImportLayerKv(sb, layer, 0, half_tokens, first).ok());
-    ASSERT_TRUE(b->ImportLayerKv(sb, layer, half_tokens, n, second).ok());
-  }
-  ASSERT_TRUE(b->SetSequenceLength(sb, n).ok());
-  std::vector<float> lb;
-  int32_t tok = 0;
-  for (int step = 0; step < 12; ++step) {
-    tok = static_cast<int32_t>(std::max_element(la.begin(), la.begin() + V) -
-                               la.begin());
-    Engine::ForwardItem ia{sa, absl::MakeConstSpan(&tok, 1), true};
-    Engine::ForwardItem ib{sb, absl::MakeConstSpan(&tok, 1), true};
-    ASSERT_TRUE(a->Forward({&ia, 1}, &la).ok());
-    ASSERT_TRUE(b->Forward({&ib, 1}, &lb).ok());
-    ASSERT_TRUE(SameBits(la.data(), lb.data(), V)) << "step " << step;
-  }
-}
-
-TEST(KvTransfer, ExportImportContinuesBitIdenticallyF32) {
-  CheckKvTransfer(DType::kF32);
-}
-TEST(KvTransfer, ExportImportContinuesBitIdenticallyBf16) {
-  CheckKvTransfer(DType::kBF16);
-}
-
-// A long prompt's KV at a real model's head size: each layer's import is
-// one chunk of 1 MiB or more, which D's pool takes with non-temporal stores
-// (KvCache::ImportStores), whole blocks through the streaming transposes.
-// Decoding on B after it must match A bit for bit.
-TEST(KvTransfer, LargeImportsWithStreamingStoresContinueBitIdentically) {
-  auto a = MakeEngine("synthetic:llama-110m", DType::kBF16, 2, 16);
-  auto b = MakeEngine("synthetic:llama-110m", DType::kBF16, 2, 16);
-  ASSERT_NE(a, nullptr);
-  ASSERT_NE(b, nullptr);
-  ASSERT_EQ(a->fingerprint(), b->fingerprint());
-  const int V = a->config().vocab_size;
-  std::vector<int32_t> prompt(400);
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    prompt[i] = static_cast<int32_t>((i * 7919 + 13) % V);
-  }
-  const int n = static_cast<int>(prompt.size());
-  const int64_t chunk = n * a->kv_layout().BytesPerTokenPerLayer();
-  if (std::getenv("PDSERVE_KV_STREAMING_IMPORT") == nullptr) {
-    ASSERT_EQ(KvCache::ImportStores(chunk), Stores::kStreaming) << chunk;
-  }
-  SeqId sa = *a->CreateSequence();
-  std::vector<float> la;
-  Engine::ForwardItem item{sa, prompt, true};
-  ASSERT_TRUE(a->Forward({&item, 1}, &la).ok());
-  SeqId sb = *b->CreateSequence();
-  ASSERT_TRUE(b->Reserve(sb, n + 8).ok());
-  for (int layer = 0; layer < a->config().num_layers; ++layer) {
-    std::string bytes;
-    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, n, &bytes).ok());
-    ASSERT_EQ(static_cast<int64_t>(bytes.size()), chunk);
-    ASSERT_TRUE(b->ImportLayerKv(sb, layer, 0, n, bytes).ok());
-  }
-  ASSERT_TRUE(b->SetSequenceLength(sb, n).ok());
-  for (int layer = 0; layer < a->config().num_layers; ++layer) {
-    std::string sent, back;
-    ASSERT_TRUE(a->ExportLayerKv(sa, layer, 0, n, &sent).ok());
-    ASSERT_TRUE(b->ExportLayerKv(sb, layer, 0, n, &back).ok());
-    ASSERT_TRUE(back == sent) << "layer " << layer;
-  }
-  std::vector<float> lb;
-  for (int step = 0; step < 4; ++step) {
-    const int32_t tok = static_cast<int32_t>(
-        std::max_element(la.begin(), la.begin() + V) - la.begin());
-    Engine::ForwardItem ia{sa, absl::MakeConstSpan(&tok, 1), true};
-    Engine::ForwardItem ib{sb, absl::MakeConstSpan(&tok, 1), true};
-    ASSERT_TRUE(a->Forward({&ia, 1}, &la).ok());
-    ASSERT_TRUE(b->Forward({&ib, 1}, &lb).ok());
-    ASSERT_TRUE(SameBits(la.data(), lb.data(), V)) << "step " << step;
-  }
-}
-
-TEST(KvTransfer, FingerprintDiffersAcrossModelsAndDtypes) {
-  auto a = MakeEngine("models/stories260K", DType::kF32);
-  auto b = MakeEngine("models/stories260K", DType::kBF16);
-  auto c = MakeEngine("synthetic:tiny", DType::kF32);
-  EXPECT_EQ(a->fingerprint().size(), 32u);
-  EXPECT_NE(a->fingerprint(), b->fingerprint());
-  EXPECT_NE(a->fingerprint(), c->fingerprint());
-  // Quantization is part of the numerics: each format its own fingerprint.
-  auto i8 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int8");
-  auto i4 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4");
-  auto i4g = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4-g128");
-  auto i8again = MakeEngine("models/stories260K", DType::kBF16, 1, 8, "int8");
-  EXPECT_NE(i8->fingerprint(), b->fingerprint());
-  EXPECT_NE(i8->fingerprint(), i4->fingerprint());
-  EXPECT_NE(i4->fingerprint(), i4g->fingerprint());
-  EXPECT_EQ(i8->fingerprint(), i8again->fingerprint());
 }
 
 TEST(Quantization, CpuOnlyAndFlagParsing) {

@@ -21,29 +21,13 @@
 #include "common/engine/engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/unit/engine_test_util.h"
 
 namespace pdserve {
 namespace {
 
-struct Reference {
-  std::vector<int32_t> prompt_ids;
-  std::vector<int32_t> output_ids;
-  int max_new_tokens;
-};
-
-std::vector<Reference> LoadReferences() {
-  std::ifstream in("models/stories260K/reference_greedy.jsonl");
-  std::vector<Reference> refs;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    refs.push_back({j["prompt_ids"].get<std::vector<int32_t>>(),
-                    j["output_ids"].get<std::vector<int32_t>>(),
-                    j["max_new_tokens"].get<int>()});
-  }
-  return refs;
-}
+using testing_util::LoadReferences;
+using testing_util::Reference;
 
 struct PoolOptions {
   int64_t kv_bytes = 64 << 20;
