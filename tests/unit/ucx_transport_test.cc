@@ -410,7 +410,14 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
       EXPECT_GE(registrations, 2);
       EXPECT_LE(registrations, 1 + UcxKvSender::kSlots + 1);
     } else {
-      EXPECT_EQ(p_worker_->counters().registrations.load(), registrations);
+      // Reused: this push registers only what it had in flight beyond the
+      // first push's peak (timing decides that), fewer buffers than it
+      // sent chunks; a pool that did not reuse would register one per
+      // chunk.
+      EXPECT_LT(p_worker_->counters().registrations.load(),
+                registrations + static_cast<int64_t>(sent.size()));
+      EXPECT_LE(p_worker_->counters().registrations.load(),
+                1 + UcxKvSender::kSlots + 1);
     }
   }
   // An unsent buffer goes back too.
