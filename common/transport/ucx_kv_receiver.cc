@@ -1,6 +1,7 @@
 #include "common/transport/ucx_kv_receiver.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -65,21 +66,29 @@ int UcxLandingPool::in_use() const {
 
 namespace {
 
-// One push's chunks, each received into one landing buffer, or (chunks P
-// left in place) read from P's export buffer, mapped here, and acknowledged
-// in its ack word once the next chunk is fetched or the push ends.
+// One push's chunks, each received into one landing buffer (taken from
+// the pool at the first chunk P sends as a message, so a push whose chunks
+// all stay in place holds none), or (chunks P left in place) read from P's
+// export buffer, mapped here, and acknowledged in its ack word once the next
+// chunk is fetched or the push ends.
 class UcxChunkSource : public KvChunkSource {
  public:
   UcxChunkSource(UcxKvReceiver* receiver, UcxLandingPool* pool,
-                 pb::KvUcxSource source, std::unique_ptr<UcxRegion> landing)
+                 std::atomic<int>* open_sources, pb::KvUcxSource source,
+                 int64_t max_chunk_bytes)
       : receiver_(receiver),
         pool_(pool),
+        open_sources_(open_sources),
         source_(std::move(source)),
-        landing_(std::move(landing)) {}
+        max_chunk_bytes_(max_chunk_bytes) {
+    open_sources_->fetch_add(1);
+  }
 
   ~UcxChunkSource() override {
     AckInPlace();
-    if (reusable_) {
+    if (landing_ == nullptr) {
+      // No chunk came as a message.
+    } else if (reusable_) {
       pool_->Return(std::move(landing_));
     } else {
       // UCX may still write into it (a receive it did not end): leave it
@@ -89,6 +98,7 @@ class UcxChunkSource : public KvChunkSource {
       pool_->Forget();
       (void)landing_.release();
     }
+    open_sources_->fetch_sub(1);
   }
 
   absl::StatusOr<KvChunkView> Fetch(
@@ -98,8 +108,18 @@ class UcxChunkSource : public KvChunkSource {
       return absl::InvalidArgumentError("KV chunk: UCX tag of another push");
     }
     AckInPlace();
+    if (ref.length() < 0 || ref.length() > max_chunk_bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("KV chunk of ", ref.length(), " bytes exceeds this ",
+                       "push's largest (", max_chunk_bytes_, ")"));
+    }
     if (!ref.ucx_rkey().empty()) return FetchInPlace(ref);
-    if (ref.length() < 0 || ref.length() > landing_->size()) {
+    if (landing_ == nullptr) {
+      auto landing = pool_->Take(max_chunk_bytes_);
+      if (!landing.ok()) return landing.status();
+      landing_ = *std::move(landing);
+    }
+    if (ref.length() > landing_->size()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "KV chunk of ", ref.length(),
           " bytes exceeds the UCX landing buffer of ", landing_->size()));
@@ -133,12 +153,9 @@ class UcxChunkSource : public KvChunkSource {
     const char* bytes =
         static_cast<const char*>((*memory)->Pointer(ref.address()));
     auto* ack = static_cast<uint64_t*>((*memory)->Pointer(ref.ack_address()));
-    // The ack word follows the bytes in the same buffer (P's layout), and a
-    // chunk is never larger than this push's largest.
-    if (ref.length() < 0 || ref.length() > landing_->size() ||
-        ref.ack_address() !=
-            ref.address() +
-                (static_cast<uint64_t>(ref.length()) + 63) / 64 * 64) {
+    // The ack word follows the bytes in the same buffer (P's layout).
+    if (ref.ack_address() !=
+        ref.address() + (static_cast<uint64_t>(ref.length()) + 63) / 64 * 64) {
       return absl::InvalidArgumentError(
           "KV chunk in place: malformed buffer reference");
     }
@@ -170,8 +187,10 @@ class UcxChunkSource : public KvChunkSource {
 
   UcxKvReceiver* const receiver_;
   UcxLandingPool* const pool_;
+  std::atomic<int>* const open_sources_;
   const pb::KvUcxSource source_;
-  std::unique_ptr<UcxRegion> landing_;
+  const int64_t max_chunk_bytes_;
+  std::unique_ptr<UcxRegion> landing_;  // null until a chunk is a message
   bool reusable_ = true;
   InPlace in_place_;
 };
@@ -284,12 +303,11 @@ absl::StatusOr<std::unique_ptr<KvChunkSource>> UcxKvReceiver::Open(
   if (!type.ok()) return type.status();
   auto layout = LayoutFromProto(header.layout());
   if (!layout.ok()) return layout.status();
-  auto landing = landing_.Take(MaxChunkBytes(header.num_tokens(),
-                                             layout->BytesPerTokenPerLayer(),
-                                             kKvChunkTargetBytes));
-  if (!landing.ok()) return landing.status();
-  return std::make_unique<UcxChunkSource>(this, &landing_, source,
-                                          *std::move(landing));
+  const int64_t max_chunk_bytes =
+      MaxChunkBytes(header.num_tokens(), layout->BytesPerTokenPerLayer(),
+                    kKvChunkTargetBytes);
+  return std::make_unique<UcxChunkSource>(this, &landing_, &open_sources_,
+                                          source, max_chunk_bytes);
 }
 
 void UcxKvReceiver::Abandon(const pb::KvUcxSource& source) {

@@ -2,7 +2,8 @@
 // names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
 // KvChunkSource that receives each referenced chunk's tagged message (sent
 // by P from its registered export buffer or ring) into a landing buffer
-// registered once and reused (UcxLandingPool), or, for a chunk P left in
+// registered once and reused (UcxLandingPool; taken at a push's first such
+// message), or, for a chunk P left in
 // place (same host, after Describe's probe), maps P's export buffer
 // (cached per P worker and key) and hands out the bytes where they are. The
 // bytes are then verified and imported by KvTransferService exactly like inline
@@ -12,6 +13,7 @@
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -105,8 +107,11 @@ class UcxKvReceiver {
   static constexpr absl::Duration kDrainFor = absl::Seconds(120);
 
   UcxWorker* worker() const { return worker_; }
-  // Pushes holding a landing buffer now.
-  int active() const { return landing_.in_use(); }
+  // Pushes open now (sources not yet destroyed).
+  int active() const { return open_sources_.load(); }
+  // Landing buffers taken by open pushes (a push whose chunks all stay in
+  // place takes none).
+  int landing_buffers_in_use() const { return landing_.in_use(); }
 
  private:
   struct Mapping {
@@ -121,6 +126,7 @@ class UcxKvReceiver {
 
   UcxWorker* const worker_;
   UcxLandingPool landing_;
+  std::atomic<int> open_sources_{0};
   absl::Mutex mu_;
   // By (P's worker address, packed key).
   std::map<std::pair<std::string, std::string>, Mapping> mappings_

@@ -294,6 +294,7 @@ class UcxPushTest : public GrpcTransportTest,
     // Nothing of a finished push stays held on D.
     EXPECT_EQ(d_worker_->counters().ops_in_flight.load(), 0);
     EXPECT_EQ(receiver_->active(), 0);
+    EXPECT_EQ(receiver_->landing_buffers_in_use(), 0);
   }
   std::unique_ptr<UcxKvSender> Sender(GrpcKvSender* grpc, KvSender* fallback,
                                       UcxKvSender::Options o = {}) {
@@ -427,12 +428,15 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
   // (the probe in Describe succeeded); over TCP they went as messages.
   auto peer = sender->PeerOf(target_, absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(peer.ok());
+  // A push read in place takes no landing buffer: D registered nothing.
   if (GetParam().empty()) {
     EXPECT_TRUE(peer->in_place);
     EXPECT_GT(receiver_->mapped_buffers(), 0);
+    EXPECT_EQ(d_worker_->counters().registrations.load(), 0);
   } else {
     EXPECT_FALSE(peer->in_place);
     EXPECT_EQ(receiver_->mapped_buffers(), 0);
+    EXPECT_GT(d_worker_->counters().registrations.load(), 0);
   }
 
   KvFaultInjection faults;
