@@ -6,13 +6,12 @@
 // table of docs/performance.md; asserts int8's top-1 agreement >= 99%.
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "common/engine/engine.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
+#include "tests/unit/engine_test_util.h"
 
 namespace pdserve {
 namespace {
@@ -23,18 +22,12 @@ struct Text {
 };
 
 std::vector<Text> ReferenceTexts() {
-  std::ifstream in("models/stories260K/reference_greedy.jsonl");
   std::vector<Text> texts;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
+  for (const testing_util::Reference& r : testing_util::LoadReferences()) {
     Text t;
-    t.ids = j["prompt_ids"].get<std::vector<int32_t>>();
+    t.ids = r.prompt_ids;
     t.prompt_len = t.ids.size();
-    for (int32_t id : j["output_ids"].get<std::vector<int32_t>>()) {
-      t.ids.push_back(id);
-    }
+    t.ids.insert(t.ids.end(), r.output_ids.begin(), r.output_ids.end());
     texts.push_back(t);
   }
   return texts;

@@ -1,7 +1,8 @@
 // Shared helpers for the engine tests (engine_test.cc,
-// engine_kv_transfer_test.cc; the references also scheduler_test.cc and
-// cuda_runner_test.cc): stories260K's reference generations, engines built
-// the tests' way, bitwise comparison of logits. Test-only; no state.
+// engine_kv_transfer_test.cc; the references also scheduler_test.cc,
+// cuda_runner_test.cc and accuracy_test.cc): stories260K's reference
+// generations, engines built the tests' way, bitwise comparison of logits.
+// Test-only; no state.
 #ifndef PDSERVE_TESTS_UNIT_ENGINE_TEST_UTIL_H_
 #define PDSERVE_TESTS_UNIT_ENGINE_TEST_UTIL_H_
 
