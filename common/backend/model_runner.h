@@ -50,6 +50,10 @@ class ModelRunner {
   // Weight bytes one forward pass reads (all but an untied embedding table).
   virtual int64_t weight_bytes_per_pass() const = 0;
   virtual int num_threads() const = 0;
+  // What else decides this runner's bits beyond the model, dtype and
+  // quantization (e.g. "bf16-amx": AMX's sums, which depend on the CPU);
+  // empty when nothing. Part of the engine's fingerprint.
+  virtual std::string numerics() const { return ""; }
 
   // ---- Where the KV data lives. The engine calls these instead of the
   // KvCache's own methods. The defaults keep the data in the host pool (CPU);

@@ -15,6 +15,8 @@
 
 namespace pdserve {
 
+std::string Engine::numerics() const { return runner_->numerics(); }
+
 Engine::~Engine() = default;
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -68,6 +70,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                   DTypeName(options.weight_dtype));
     if (options.quantization.has_value()) {
       absl::StrAppend(&fp, ":", options.quantization->ToString());
+    }
+    if (const std::string n = engine->runner_->numerics(); !n.empty()) {
+      absl::StrAppend(&fp, ":", n);
     }
     const XXH128_hash_t h = XXH3_128bits(fp.data(), fp.size());
     engine->fingerprint_ = absl::StrFormat("%016x%016x", h.high64, h.low64);

@@ -65,9 +65,12 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const GenerationConfig& generation_config() const { return gen_config_; }
   // Hex XXH3-128 of the model (config, tensor metadata, sampled weight bytes),
-  // the weight dtype and the quantization: equal fingerprints compute
-  // identical KV.
+  // the weight dtype, the quantization and numerics(): equal fingerprints
+  // compute identical KV.
   const std::string& fingerprint() const { return fingerprint_; }
+  // What else decides the bits (ModelRunner::numerics, e.g. "bf16-amx");
+  // empty when nothing.
+  std::string numerics() const;
   const EngineOptions& options() const { return options_; }
   KvLayout kv_layout() const { return kv_->layout(); }
   int64_t total_blocks() const { return kv_->total_blocks(); }

@@ -84,9 +84,12 @@ absl::Status CheckHeaderCompatible(const pb::KvHeader& header,
   }
   if (header.model_fingerprint() != local_fingerprint) {
     return absl::FailedPreconditionError(
-        absl::StrCat("KV cache is from a different model (fingerprint ",
+        absl::StrCat("KV cache is from a different model or numerics "
+                     "(fingerprint ",
                      header.model_fingerprint(), ", this decode worker serves ",
-                     local_fingerprint, ")"));
+                     local_fingerprint,
+                     "): give prefill and decode workers the same --model, "
+                     "--dtype, --quantization and PDSERVE_BF16_KERNEL"));
   }
   auto layout = LayoutFromProto(header.layout());
   if (!layout.ok()) return layout.status();

@@ -36,3 +36,14 @@ if(TARGET backend_test)
     ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+# The bf16 matmul on AMX tiles (PDSERVE_BF16_KERNEL=amx, opt-in): not
+# vdpbf16ps' definition (that check is left out), but batch-invariant and
+# within the same tolerance of the reference. Reports itself skipped on a
+# CPU without AMX-BF16.
+if(TARGET backend_test)
+  add_test(NAME backend_test_amx_bf16 COMMAND backend_test
+    --gtest_filter=MatMul.*:-MatMul.Bf16IsExactlyThePairDotDefinition)
+  set_tests_properties(backend_test_amx_bf16 PROPERTIES
+    ENVIRONMENT PDSERVE_BF16_KERNEL=amx LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()

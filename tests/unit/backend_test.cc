@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/backend/cpu/attention.h"
+#include "common/backend/cpu/bf16_amx.h"
 #include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/quantized_amx.h"
@@ -228,11 +229,50 @@ TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
   }
 }
 
+// Rows in any grouping give the same bits, across the AMX kernel's 16-row
+// tiles too (up to 40 rows: tiles, a partial tile, single rows), with k
+// not a multiple of the tiles' 32 (a zero-padded tail) and a partial panel.
+TEST(MatMul, Bf16RowsInvariantAcrossTiles) {
+  for (const int64_t K : {75, 1030}) {
+    const int64_t N = 70, M = 40;
+    std::mt19937 rng(K);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<float> w(N * K), x(M * K);
+    for (auto& v : w) v = u(rng);
+    for (auto& v : x) v = u(rng);
+    PackedMatrix pm(N, K, DType::kBF16);
+    pm.PackRows(0, WeightView{DType::kF32, {N, K}, w.data()});
+    ThreadPool pool1(1), pool3(3);
+    std::vector<float> all(M * N);
+    MatMul(pool3, x.data(), M, K, pm, nullptr, all.data(), N);
+    for (auto [m0, rows] : {std::pair<int64_t, int64_t>{0, 1},
+                            {0, 15},
+                            {0, 16},
+                            {0, 17},
+                            {3, 33},
+                            {20, 20},
+                            {39, 1},
+                            {7, 9}}) {
+      std::vector<float> part(rows * N);
+      MatMul(rows % 2 ? pool1 : pool3, x.data() + m0 * K, rows, K, pm, nullptr,
+             part.data(), N);
+      EXPECT_EQ(std::memcmp(part.data(), all.data() + m0 * N, rows * N * 4), 0)
+          << "K " << K << " rows " << m0 << "+" << rows;
+    }
+  }
+}
+
 // Which bf16 kernel runs: PDSERVE_BF16_KERNEL forces one (vdpbf16ps only
-// where the CPU has it); unset, the faster of the two here.
+// where the CPU has it, amx only where it has AMX-BF16); unset, the faster
+// of vdpbf16ps and its emulation here.
 TEST(MatMul, Bf16KernelChoiceFollowsTheEnvironment) {
   const char* env = std::getenv("PDSERVE_BF16_KERNEL");
   const std::string choice = env == nullptr ? "" : env;
+  if (choice == "amx" && !CpuHasAmxBf16()) {
+    GTEST_SKIP() << "this CPU has no AMX-BF16: the AMX kernel is not "
+                    "exercised here";
+  }
+  EXPECT_EQ(UseAmxBf16(), choice == "amx");
   for (int64_t rows : {1, 64}) {
     if (choice == "vdpbf16ps") {
       EXPECT_EQ(UseVdpbf16ps(rows), CpuHasAvx512Bf16());
@@ -241,9 +281,13 @@ TEST(MatMul, Bf16KernelChoiceFollowsTheEnvironment) {
     } else {
       EXPECT_TRUE(!UseVdpbf16ps(rows) || CpuHasAvx512Bf16());
     }
-    std::printf("CPU has vdpbf16ps: %d, bf16 kernel for %d rows: %s\n",
-                CpuHasAvx512Bf16(), static_cast<int>(rows),
-                UseVdpbf16ps(rows) ? "vdpbf16ps" : "two FMAs per pair");
+    std::printf(
+        "CPU has vdpbf16ps: %d, AMX-BF16: %d; bf16 kernel for %d "
+        "rows: %s\n",
+        CpuHasAvx512Bf16(), CpuHasAmxBf16(), static_cast<int>(rows),
+        UseAmxBf16()         ? "AMX"
+        : UseVdpbf16ps(rows) ? "vdpbf16ps"
+                             : "two FMAs per pair");
   }
 }
 

@@ -5,6 +5,7 @@
 #include "common/engine/engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -13,6 +14,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "common/backend/cpu/bf16_amx.h"
+#include "common/backend/cpu/packed_matrix.h"
 #include "common/engine/scheduler.h"
 #include "common/sampling/sampler.h"
 #include "gtest/gtest.h"
@@ -283,6 +286,26 @@ TEST(Bf16, StaysWithinToleranceOfF32) {
   EXPECT_LT(worst, 0.25);
   EXPECT_GT(worst, 0.0);  // really ran in bf16
   std::printf("max |logit(bf16) - logit(f32)| = %.4f\n", worst);
+}
+
+// PDSERVE_BF16_KERNEL=amx (the engine_test_amx_bf16 run): every bf16
+// product runs on AMX tiles, whose sums depend on the CPU, and the engine
+// says so (numerics, hence the fingerprint a decode worker checks).
+TEST(Bf16, AmxKernelOnlyWhenAskedAndNamedInTheNumerics) {
+  const char* env = std::getenv("PDSERVE_BF16_KERNEL");
+  const bool asked = env != nullptr && std::string(env) == "amx";
+  if (asked && !CpuHasAmxBf16()) {
+    GTEST_SKIP() << "this CPU has no AMX-BF16: the AMX kernel is not "
+                    "exercised here";
+  }
+  auto f32 = MakeEngine("models/stories260K", DType::kF32);
+  auto bf16 = MakeEngine("models/stories260K", DType::kBF16);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(UseAmxBf16(), asked);
+  EXPECT_EQ(bf16->numerics(), asked ? "bf16-amx" : "");
+  EXPECT_EQ(f32->numerics(), "");
+  std::printf("bf16 kernel: %s\n", asked ? "AMX" : "vdpbf16ps definition");
 }
 
 // ---- GenerationScheduler.

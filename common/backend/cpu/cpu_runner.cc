@@ -66,6 +66,10 @@ class CpuRunner : public ModelRunner {
     return lm_head_ == &embed_ ? weight_bytes_ : weight_bytes_ - embed_.bytes();
   }
   int num_threads() const override { return pool_->num_threads(); }
+  std::string numerics() const override {
+    return options_.weight_dtype == DType::kBF16 && UseAmxBf16() ? "bf16-amx"
+                                                                 : "";
+  }
 
  private:
   struct Layer {

@@ -8,6 +8,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+
+#include "common/backend/cpu/bf16_amx.h"
 
 namespace pdserve {
 namespace {
@@ -27,6 +30,10 @@ int64_t PanelRows(DType dtype, int64_t k) {
   return dtype == DType::kBF16 ? (k + 1) / 2 : k;
 }
 constexpr int64_t kPanelRowBytes = kPanel * 4;
+
+int64_t RoundUp(int64_t v, int64_t step) {
+  return (v + step - 1) / step * step;
+}
 
 float BitsToFloat(uint32_t b) {
   float f;
@@ -386,6 +393,15 @@ bool CpuHasAvx512Bf16() {
   return has;
 }
 
+bool UseAmxBf16() {
+  static const bool use = [] {
+    const char* choice = std::getenv("PDSERVE_BF16_KERNEL");
+    return choice != nullptr && std::strcmp(choice, "amx") == 0 &&
+           CpuHasAmxBf16();
+  }();
+  return use;
+}
+
 bool UseVdpbf16ps(int64_t rows) {
   // Decode-sized products (fewer rows than one micro-kernel call) and
   // prefill-sized ones, each timed once.
@@ -472,8 +488,9 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   if (M <= 0) return;
   const bool avx512 = CpuHasAvx512();
   const bool bf16 = w.dtype() == DType::kBF16;
-  const bool native_bf16 = bf16 && avx512 && UseVdpbf16ps(M);
-  const bool split_bf16 = bf16 && avx512 && !native_bf16;
+  const bool amx_bf16 = bf16 && UseAmxBf16();
+  const bool native_bf16 = bf16 && avx512 && !amx_bf16 && UseVdpbf16ps(M);
+  const bool split_bf16 = bf16 && avx512 && !amx_bf16 && !native_bf16;
   const int64_t K = PanelRows(w.dtype(), w.k());
   // bf16: the activations rounded to bf16 pairs once per call (and, for the
   // emulated kernel, widened back to f32 pair by pair).
@@ -482,7 +499,9 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   thread_local std::vector<uint32_t> pairs;
   thread_local std::vector<float> split;
   if (bf16) {
-    if (static_cast<int64_t>(pairs.size()) < M * K) pairs.resize(M * K);
+    // AMX reads whole tiles of 16 pairs: zero-filled past K.
+    const int64_t ldp = amx_bf16 ? RoundUp(K, kAmxBf16PairStep) : K;
+    if (static_cast<int64_t>(pairs.size()) < M * ldp) pairs.resize(M * ldp);
     if (split_bf16 && static_cast<int64_t>(split.size()) < 2 * M * K) {
       split.resize(2 * M * K);
     }
@@ -492,9 +511,10 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
     float* split_out = split_bf16 ? split.data() : nullptr;
     auto round_rows = [&](int64_t b, int64_t e, int) {
       for (int64_t m = b; m < e; ++m) {
-        RoundToBf16Pairs(x + m * ldx, w.k(), out + m * K);
+        RoundToBf16Pairs(x + m * ldx, w.k(), out + m * ldp);
+        std::fill(out + m * ldp + K, out + (m + 1) * ldp, 0u);
         if (split_out != nullptr) {
-          SplitBf16Pairs(out + m * K, K, split_out + 2 * m * K);
+          SplitBf16Pairs(out + m * ldp, K, split_out + 2 * m * K);
         }
       }
     };
@@ -504,7 +524,7 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
       round_rows(0, M, 0);
     }
     xin = out;
-    ldxin = K;
+    ldxin = ldp;
     if (split_out != nullptr) {
       xin = split_out;
       ldxin = 2 * K;
@@ -526,6 +546,8 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
       std::min<int64_t>(chunks, pool.num_threads()),
       [&](int64_t, int64_t, int) {
         const ScopedDazFtz daz_ftz(split_bf16);
+        std::optional<AmxBf16TileScope> tiles;
+        if (amx_bf16) tiles.emplace();
         for (int64_t chunk = next_chunk.fetch_add(1, std::memory_order_relaxed);
              chunk < chunks;
              chunk = next_chunk.fetch_add(1, std::memory_order_relaxed)) {
@@ -535,7 +557,10 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                 static_cast<int>(std::min<int64_t>(kPanel, w.n() - p * kPanel));
             float* yp = y + p * kPanel;
             const char* panel = w.panel(p);
-            if (!avx512) {
+            if (amx_bf16) {
+              Bf16PanelAmx(static_cast<const uint32_t*>(xin), M, ldxin, panel,
+                           K, valid, yp, ldy);
+            } else if (!avx512) {
               PanelScalar(w.dtype(), xin, M, ldxin, panel, K, valid, yp, ldy);
             } else if (native_bf16) {
               PanelAvx512<Mode::kBf16Native>(xin, M, ldxin, panel, K, valid, yp,

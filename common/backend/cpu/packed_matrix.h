@@ -77,6 +77,11 @@ bool CpuHasAvx512Bf16();
 // first use for decode-sized (< 6 rows) and for larger products, it is the
 // faster of the two here; PDSERVE_BF16_KERNEL=vdpbf16ps|fma forces one.
 bool UseVdpbf16ps(int64_t rows);
+// True when every bf16 product of this process runs on AMX tiles
+// (bf16_amx.h): only when asked (PDSERVE_BF16_KERNEL=amx) and the CPU has
+// AMX-BF16. Its sums differ from vdpbf16ps' definition, so the bits then
+// depend on the CPU (the engine's fingerprint says so).
+bool UseAmxBf16();
 
 // Rounds n floats to bf16 (nearest even, as F32ToBf16) into pairs: out[j]
 // holds bf16(x[2j]) in its low and bf16(x[2j+1]) in its high half (0 past

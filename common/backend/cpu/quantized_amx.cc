@@ -26,16 +26,20 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
-bool DetectAmx() {
+bool RequestTileState() {
   __builtin_cpu_init();
-  if (!CpuHasAvx512Vnni() || !__builtin_cpu_supports("amx-tile") ||
-      !__builtin_cpu_supports("amx-int8") ||
+  if (!__builtin_cpu_supports("amx-tile") ||
       std::getenv("PDSERVE_DISABLE_AMX") != nullptr) {
     return false;
   }
   // Linux hands out the 8 KiB tile state only on request (once per process).
   constexpr long kReqXcompPerm = 0x1023, kXtileData = 18;
   return syscall(SYS_arch_prctl, kReqXcompPerm, kXtileData) == 0;
+}
+
+bool DetectAmx() {
+  return CpuHasAvx512Vnni() && __builtin_cpu_supports("amx-int8") &&
+         AmxTileStateGranted();
 }
 
 #pragma GCC push_options
@@ -247,6 +251,11 @@ void ReleaseTiles() { _tile_release(); }
 #pragma GCC pop_options
 
 }  // namespace
+
+bool AmxTileStateGranted() {
+  static const bool granted = RequestTileState();
+  return granted;
+}
 
 bool CpuHasAmxInt8() {
   static const bool has = DetectAmx();

@@ -30,8 +30,12 @@ struct QuantPanelArgs {
 // to a multiple of this many rows past the last real row.
 inline constexpr int kAmxRowGroup = 32;
 
-// True when the CPU has AMX-INT8 and the kernel granted this process the
-// tile state (asked once).
+// True when the kernel granted this process AMX's tile state (asked once;
+// false where the CPU has no AMX or PDSERVE_DISABLE_AMX is set).
+bool AmxTileStateGranted();
+
+// True when the CPU has AMX-INT8 (and AVX512-VNNI) and the tile state is
+// granted.
 bool CpuHasAmxInt8();
 
 // Loads the tile configuration on the calling thread; releases it when
