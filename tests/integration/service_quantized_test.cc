@@ -1,8 +1,9 @@
-// A disaggregated cluster (1 prefill + 1 decode worker) serving an int4 GPTQ
-// checkpoint (written at test time by tests/unit/quant_checkpoint_writer.py
-// into a temporary directory) on the int kernels (--dtype=bf16) returns
-// exactly what `pdserve complete` returns for the same requests, greedy and
-// seeded.
+// Disaggregated clusters (1 prefill + 1 decode worker) on numerics other
+// than the default return exactly what `pdserve complete` returns for the
+// same requests, greedy and seeded: an int4 GPTQ checkpoint (written at test
+// time by tests/unit/quant_checkpoint_writer.py into a temporary directory)
+// on the int kernels (--dtype=bf16), and bf16 on AMX tiles
+// (PDSERVE_BF16_KERNEL=amx, where the CPU has AMX-BF16).
 #include <cstdlib>
 #include <filesystem>
 
@@ -60,6 +61,66 @@ TEST(QuantizedService, DisaggregatedGptqInt4EqualsComplete) {
   }
   cluster->reset();
   fs::remove_all(dir);
+}
+
+TEST(QuantizedService, Bf16OnAmxTilesDisaggregatedEqualsComplete) {
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("amx-bf16")) {
+    GTEST_SKIP() << "this CPU has no AMX-BF16: the AMX kernel is not "
+                    "exercised here";
+  }
+  const std::vector<std::string> model_flags = {"--model=models/stories260K",
+                                                "--dtype=bf16"};
+  ClusterOptions o;
+  o.common_flags = model_flags;
+  // The default kernel's fingerprint, for comparison.
+  std::string default_fingerprint;
+  {
+    auto plain = Cluster::Start(o);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    auto status = (*plain)->Status((*plain)->prefill(0));
+    ASSERT_TRUE(status.ok()) << status.status();
+    default_fingerprint = status->model_fingerprint();
+  }
+  // Inherited by the workers and by `pdserve complete`.
+  ASSERT_EQ(setenv("PDSERVE_BF16_KERNEL", "amx", 1), 0);
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  // The workers really run AMX: their numerics are in the fingerprint.
+  for (RoleProcess* worker :
+       {&(*cluster)->prefill(0), &(*cluster)->decode(0)}) {
+    auto status = (*cluster)->Status(*worker);
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_NE(status->model_fingerprint(), default_fingerprint);
+  }
+  // Up to 40 prompt tokens: prefill products of 16-row tiles and a
+  // remainder; decode steps of one row.
+  std::vector<int32_t> long_prompt = {1};
+  for (int i = 0; i < 39; ++i) long_prompt.push_back(20 + 7 * i);
+  for (const auto& ids :
+       std::vector<std::vector<int32_t>>{{1, 5, 9, 14}, long_prompt, {7}}) {
+    for (bool seeded : {false, true}) {
+      v1::GenerateRequest req = IdsRequest(ids, 24);
+      req.set_ignore_eos(true);
+      std::vector<std::string> flags = model_flags;
+      flags.push_back("--max_tokens=24");
+      flags.push_back("--ignore_eos");
+      if (seeded) {
+        req.mutable_sampling()->set_temperature(0.9f);
+        req.mutable_sampling()->set_seed(5);
+        flags.insert(flags.end(), {"--temperature=0.9", "--seed=5"});
+      }
+      auto served = RunGenerate((*cluster)->router(0), req, absl::Seconds(60));
+      ASSERT_TRUE(served.ok()) << served.status() << (*cluster)->Logs();
+      auto complete = CompleteOutputIds(ids, flags);
+      ASSERT_TRUE(complete.ok()) << complete.status();
+      EXPECT_EQ(served->output_ids, *complete)
+          << "seeded " << seeded << " prompt size " << ids.size();
+      EXPECT_EQ(served->output_ids.size(), 24u);
+    }
+  }
+  cluster->reset();
+  unsetenv("PDSERVE_BF16_KERNEL");
 }
 
 }  // namespace
