@@ -32,17 +32,18 @@ bool DetectAmxBf16() {
 #pragma GCC target("avx512f,avx512bw,amx-tile,amx-bf16")
 
 // One row tile (up to 16 rows, as configured) against the whole panel in
-// one pass, into c[rows][64 columns]: the four column tiles' sums in tiles 0-3,
-// the activations in 4, the weights through 5-7, so that the panel streams
-// once, in order, with the pairs two steps ahead prefetched (what a decode
-// step, one row, waits for). `tail`: the panel's last K % 16 pairs,
-// zero-padded to 16 (nullptr when none). (The _tile_* intrinsics paste
-// their tile numbers into the instruction text: literals only.)
-// Measured against a kernel of two row tiles x two column tiles per pass
-// (sums of 32 rows, each panel half read once per 32 rows): prefill 512
-// on synthetic:llama-110m 1.08-1.14x (3 runs each, docs/performance.md).
+// one pass, into c[rows][64 columns] (rows ldc floats apart: y itself for a
+// whole panel): the four column tiles' sums in tiles 0-3, the activations
+// in 4, the weights through 5-7, so that the panel streams once, in
+// order, with the pairs two steps ahead prefetched (what a decode step,
+// one row, waits for). `tail`: the panel's last K % 16 pairs, zero-padded
+// to 16 (nullptr when none). (The _tile_* intrinsics paste their tile
+// numbers into the instruction text: literals only.) Measured against
+// other shapes (docs/performance.md, "AMX-BF16, opt-in"): two row tiles x
+// two column tiles per pass, and blocks of 8 steps through all row tiles
+// with the sums kept in y between blocks, were both slower.
 void RowTile(const uint32_t* x, int64_t ldx, const char* panel,
-             int64_t full_steps, const char* tail, float* c) {
+             int64_t full_steps, const char* tail, float* c, int64_t ldc) {
   const int64_t stride = ldx * 4;
   constexpr int64_t kStepBytes = kAmxBf16PairStep * kPairBytes;
   _tile_zero(0);
@@ -68,10 +69,10 @@ void RowTile(const uint32_t* x, int64_t ldx, const char* panel,
     _tile_dpbf16ps(2, 4, 7);
     _tile_dpbf16ps(3, 4, 5);
   }
-  _tile_stored(0, c, kPanel * 4);
-  _tile_stored(1, c + 16, kPanel * 4);
-  _tile_stored(2, c + 32, kPanel * 4);
-  _tile_stored(3, c + 48, kPanel * 4);
+  _tile_stored(0, c, ldc * 4);
+  _tile_stored(1, c + 16, ldc * 4);
+  _tile_stored(2, c + 32, ldc * 4);
+  _tile_stored(3, c + 48, ldc * 4);
 }
 
 // Rows of the sum and activation tiles in this thread's loaded
@@ -129,7 +130,11 @@ void Bf16PanelAmx(const uint32_t* x, int64_t M, int64_t ldx, const char* panel,
   for (int64_t m0 = 0; m0 < M; m0 += 16) {
     const int rows = static_cast<int>(std::min<int64_t>(16, M - m0));
     LoadTiles(rows);
-    RowTile(x + m0 * ldx, ldx, panel, full_steps, tail, c);
+    if (valid == kPanel) {  // straight into y
+      RowTile(x + m0 * ldx, ldx, panel, full_steps, tail, y + m0 * ldy, ldy);
+      continue;
+    }
+    RowTile(x + m0 * ldx, ldx, panel, full_steps, tail, c, kPanel);
     for (int r = 0; r < rows; ++r) {
       std::memcpy(y + (m0 + r) * ldy, c + r * kPanel, valid * sizeof(float));
     }
