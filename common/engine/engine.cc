@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/backend/model_runner.h"
+#include "common/util/logging.h"
 #include "common/util/status_macros.h"
 
 namespace pdserve {
@@ -73,6 +74,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     }
     if (const std::string n = engine->runner_->numerics(); !n.empty()) {
       absl::StrAppend(&fp, ":", n);
+      PDSERVE_LOG_INFO(
+          "numerics %s (in the model fingerprint: every worker of a cluster "
+          "needs the same setting)",
+          n);
     }
     const XXH128_hash_t h = XXH3_128bits(fp.data(), fp.size());
     engine->fingerprint_ = absl::StrFormat("%016x%016x", h.high64, h.low64);

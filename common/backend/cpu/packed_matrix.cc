@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/backend/cpu/bf16_amx.h"
+#include "common/util/logging.h"
 
 namespace pdserve {
 namespace {
@@ -396,8 +397,14 @@ bool CpuHasAvx512Bf16() {
 bool UseAmxBf16() {
   static const bool use = [] {
     const char* choice = std::getenv("PDSERVE_BF16_KERNEL");
-    return choice != nullptr && std::strcmp(choice, "amx") == 0 &&
-           CpuHasAmxBf16();
+    if (choice == nullptr || std::strcmp(choice, "amx") != 0) return false;
+    if (!CpuHasAmxBf16()) {
+      PDSERVE_LOG_WARNING(
+          "PDSERVE_BF16_KERNEL=amx: this CPU has no AMX-BF16 (or "
+          "PDSERVE_DISABLE_AMX is set); bf16 runs the default kernel");
+      return false;
+    }
+    return true;
   }();
   return use;
 }
