@@ -42,6 +42,20 @@ for sub in $SUBS; do
   expect 0 "pdserve $sub --help" "pdserve $sub:" "usage:" -- "$PDSERVE" "$sub" --help
 done
 
+# Every flag a usage line shows is one the subcommand takes (listed in its
+# --help).
+for sub in $SUBS; do
+  "$PDSERVE" "$sub" --help >"$WORK/help" 2>&1
+  missing=""
+  for f in $(sed '/^flags:/,$d' "$WORK/help" | grep -o -- '--[a-z][a-z0-9_]*' | sort -u); do
+    grep -q -- "^  $f " "$WORK/help" || missing="$missing $f"
+  done
+  if [ -n "$missing" ]; then
+    fail "pdserve $sub: its usage shows$missing, which it does not take"
+  fi
+done
+ok "every flag in a usage line is the subcommand's own"
+
 # bench-engine's help lists its flags and none of the client's.
 "$PDSERVE" bench-engine --help >"$WORK/help" 2>&1
 for f in --prompt_len --gen_len --batch --dtype --threads; do

@@ -500,8 +500,8 @@ PDSERVE_SUBCOMMAND(
     "--prompt_len=512 --gen_len=128 --batch=1,8,32 --threads=2 "
     "[--decode_contexts=16,512,2016 --context_steps=64] [--kv_dtype=bf16] "
     "[--device=cpu|cuda] [--json]",
-    FlagNames({{"model", "dtype", "quantization", "block_size", "threads",
-                "device", "json"}}),
+    FlagNames({{"model", "dtype", "quantization", "kv_dtype", "block_size",
+                "threads", "device", "json"}}),
     RunBenchEngine);
 
 }  // namespace
