@@ -16,6 +16,37 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Each prompt, greedy and seeded (temperature 0.9, top_p 0.95, seed 11), 24
+// tokens ignoring end-of-sequence: the cluster's output equals `pdserve
+// complete`'s with the same model flags.
+void ExpectServedEqualsComplete(
+    Cluster& cluster, const std::vector<std::string>& model_flags,
+    const std::vector<std::vector<int32_t>>& prompts) {
+  for (const auto& ids : prompts) {
+    for (bool seeded : {false, true}) {
+      v1::GenerateRequest req = IdsRequest(ids, 24);
+      req.set_ignore_eos(true);
+      std::vector<std::string> flags = model_flags;
+      flags.push_back("--max_tokens=24");
+      flags.push_back("--ignore_eos");
+      if (seeded) {
+        req.mutable_sampling()->set_temperature(0.9f);
+        req.mutable_sampling()->set_top_p(0.95f);
+        req.mutable_sampling()->set_seed(11);
+        flags.insert(flags.end(),
+                     {"--temperature=0.9", "--top_p=0.95", "--seed=11"});
+      }
+      auto served = RunGenerate(cluster.router(0), req, absl::Seconds(60));
+      ASSERT_TRUE(served.ok()) << served.status() << cluster.Logs();
+      auto complete = CompleteOutputIds(ids, flags);
+      ASSERT_TRUE(complete.ok()) << complete.status();
+      EXPECT_EQ(served->output_ids, *complete)
+          << "seeded " << seeded << " prompt size " << ids.size();
+      EXPECT_EQ(served->output_ids.size(), 24u);
+    }
+  }
+}
+
 TEST(QuantizedService, DisaggregatedGptqInt4EqualsComplete) {
   const std::string dir =
       (fs::temp_directory_path() /
@@ -34,31 +65,9 @@ TEST(QuantizedService, DisaggregatedGptqInt4EqualsComplete) {
   o.common_flags = model_flags;
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 5, 9, 14}, {1, 30, 31, 32, 33, 34, 35, 36, 37, 3}, {7}};
-  for (const auto& ids : prompts) {
-    for (bool seeded : {false, true}) {
-      v1::GenerateRequest req = IdsRequest(ids, 24);
-      req.set_ignore_eos(true);
-      std::vector<std::string> flags = model_flags;
-      flags.push_back("--max_tokens=24");
-      flags.push_back("--ignore_eos");
-      if (seeded) {
-        req.mutable_sampling()->set_temperature(0.9f);
-        req.mutable_sampling()->set_top_p(0.95f);
-        req.mutable_sampling()->set_seed(11);
-        flags.insert(flags.end(),
-                     {"--temperature=0.9", "--top_p=0.95", "--seed=11"});
-      }
-      auto served = RunGenerate((*cluster)->router(0), req, absl::Seconds(60));
-      ASSERT_TRUE(served.ok()) << served.status() << (*cluster)->Logs();
-      auto complete = CompleteOutputIds(ids, flags);
-      ASSERT_TRUE(complete.ok()) << complete.status();
-      EXPECT_EQ(served->output_ids, *complete)
-          << "seeded " << seeded << " prompt size " << ids.size();
-      EXPECT_EQ(served->output_ids.size(), 24u);
-    }
-  }
+  ExpectServedEqualsComplete(
+      **cluster, model_flags,
+      {{1, 5, 9, 14}, {1, 30, 31, 32, 33, 34, 35, 36, 37, 3}, {7}});
   cluster->reset();
   fs::remove_all(dir);
 }
@@ -98,28 +107,8 @@ TEST(QuantizedService, Bf16OnAmxTilesDisaggregatedEqualsComplete) {
   // remainder; decode steps of one row.
   std::vector<int32_t> long_prompt = {1};
   for (int i = 0; i < 39; ++i) long_prompt.push_back(20 + 7 * i);
-  for (const auto& ids :
-       std::vector<std::vector<int32_t>>{{1, 5, 9, 14}, long_prompt, {7}}) {
-    for (bool seeded : {false, true}) {
-      v1::GenerateRequest req = IdsRequest(ids, 24);
-      req.set_ignore_eos(true);
-      std::vector<std::string> flags = model_flags;
-      flags.push_back("--max_tokens=24");
-      flags.push_back("--ignore_eos");
-      if (seeded) {
-        req.mutable_sampling()->set_temperature(0.9f);
-        req.mutable_sampling()->set_seed(5);
-        flags.insert(flags.end(), {"--temperature=0.9", "--seed=5"});
-      }
-      auto served = RunGenerate((*cluster)->router(0), req, absl::Seconds(60));
-      ASSERT_TRUE(served.ok()) << served.status() << (*cluster)->Logs();
-      auto complete = CompleteOutputIds(ids, flags);
-      ASSERT_TRUE(complete.ok()) << complete.status();
-      EXPECT_EQ(served->output_ids, *complete)
-          << "seeded " << seeded << " prompt size " << ids.size();
-      EXPECT_EQ(served->output_ids.size(), 24u);
-    }
-  }
+  ExpectServedEqualsComplete(**cluster, model_flags,
+                             {{1, 5, 9, 14}, long_prompt, {7}});
   cluster->reset();
   unsetenv("PDSERVE_BF16_KERNEL");
 }

@@ -13,15 +13,6 @@ namespace {
 constexpr int kPanel = 64;
 constexpr int64_t kPairBytes = kPanel * 4;  // one pair of k in a panel
 
-// Every tile register 16 rows x 64 bytes: sums (16 x 16 f32), activations
-// (16 rows x 16 pairs) or weights (16 pairs x 16 columns, as pairs).
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 bool DetectAmxBf16() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("amx-tile") &&
@@ -84,14 +75,14 @@ thread_local int loaded_rows = 0;
 // decode step's one row) then computes and reads only its own rows.
 void LoadTiles(int rows) {
   if (loaded_rows == rows) return;
-  TileConfig cfg;
+  // Every tile register 64 bytes per row: sums (16 f32 columns),
+  // activations (16 pairs) or weights (16 columns, as pairs).
+  AmxTileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = t < 5 ? rows : 16;
     cfg.colsb[t] = 64;
   }
-  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads 8
-  // bytes, so the stores of the rest may be dropped.
-  asm volatile("ldtilecfg %0" : : "m"(cfg));
+  LoadAmxTileConfig(cfg);
   loaded_rows = rows;
 }
 

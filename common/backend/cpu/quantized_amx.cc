@@ -16,16 +16,6 @@ namespace {
 constexpr int kPanel = QuantizedMatrix::kPanel;
 constexpr int kBlock = QuantizedMatrix::kBlock;
 
-// Tile registers: 0-3 integer sums (16 rows x 16 columns each: row tile i,
-// column tile j of the current half panel at 2 * i + j), 4-5 activation
-// codes (16 rows x 32 k), 6-7 weight codes (8 quads of k x 16 columns).
-struct TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
 bool RequestTileState() {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("amx-tile") ||
@@ -228,7 +218,11 @@ void PanelAmx(const QuantPanelArgs& a, int64_t M) {
 }
 
 void LoadTiles() {
-  TileConfig cfg;
+  // Tile registers: 0-3 integer sums (16 rows x 16 columns each: row tile
+  // i, column tile j of the current half panel at 2 * i + j), 4-5
+  // activation codes (16 rows x 32 k), 6-7 weight codes (8 quads of k x 16
+  // columns).
+  AmxTileConfig cfg;
   for (int t = 0; t < 4; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
@@ -241,9 +235,7 @@ void LoadTiles() {
     cfg.rows[t] = kBlock / 4;
     cfg.colsb[t] = 64;
   }
-  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads 8
-  // bytes, so the stores of the rest may be dropped.
-  asm volatile("ldtilecfg %0" : : "m"(cfg));
+  LoadAmxTileConfig(cfg);
 }
 
 void ReleaseTiles() { _tile_release(); }
@@ -251,6 +243,12 @@ void ReleaseTiles() { _tile_release(); }
 #pragma GCC pop_options
 
 }  // namespace
+
+void LoadAmxTileConfig(const AmxTileConfig& config) {
+  // Not _tile_loadconfig: GCC 12's version tells the compiler it reads 8
+  // bytes, so the stores of the rest may be dropped.
+  asm volatile("ldtilecfg %0" : : "m"(config));
+}
 
 bool AmxTileStateGranted() {
   static const bool granted = RequestTileState();

@@ -30,6 +30,18 @@ struct QuantPanelArgs {
 // to a multiple of this many rows past the last real row.
 inline constexpr int kAmxRowGroup = 32;
 
+// The operand of ldtilecfg (palette 1): rows and bytes per row of each
+// tile register. Shared by the AMX kernels (this one, bf16_amx.h).
+struct AmxTileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Loads `config` on the calling thread.
+void LoadAmxTileConfig(const AmxTileConfig& config);
+
 // True when the kernel granted this process AMX's tile state (asked once;
 // false where the CPU has no AMX or PDSERVE_DISABLE_AMX is set).
 bool AmxTileStateGranted();
