@@ -244,13 +244,24 @@ done
 generate_and_check "127.0.0.1:$PORT" "podman play kube (router -> prefill -> decode pods)"
 check_metrics "$MPORT" "podman play kube router" "$MAX_TOKENS"
 # The router found the workers through DNS: its healthy endpoints are exactly
-# the prefill and decode pods' addresses on the podman network.
+# the prefill and decode pods' addresses on the podman network. (Scraped
+# again for up to 20 s: on a loaded machine a health poll can answer late,
+# and the gauge reads 0 until the next one.)
 for role in prefill decode; do
-  infra=$(podman pod inspect "pdserve-$role-pod-0" --format '{{.InfraContainerID}}')
-  ip=$(podman inspect "$infra" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}')
+  infra=$(podman pod inspect "pdserve-$role-pod-0" --format '{{.InfraContainerID}}') ||
+    die "podman pod inspect pdserve-$role-pod-0 failed"
+  ip=$(podman inspect "$infra" --format '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}') ||
+    die "podman inspect of $role's infra container failed"
   port=$([ "$role" = prefill ] && echo 50052 || echo 50053)
-  healthy=$(awk -v pool="pool=\"$role\"" 'index($0, "pdserve_worker_healthy{") == 1 && index($0, pool) && $2 == 1' \
-              "$WORK/metrics.txt" | grep -oE 'endpoint="[^"]*"' | tr '\n' ' ')
+  healthy=""
+  for try in $(seq 1 20); do
+    healthy=$(awk -v pool="pool=\"$role\"" 'index($0, "pdserve_worker_healthy{") == 1 && index($0, pool) && $2 == 1' \
+                "$WORK/metrics.txt" | { grep -oE 'endpoint="[^"]*"' || true; } | tr '\n' ' ')
+    [ "$healthy" = "endpoint=\"$ip:$port\" " ] && break
+    sleep 1
+    curl -sf --max-time 5 "http://127.0.0.1:$MPORT/metrics" >"$WORK/metrics.txt" ||
+      die "podman play kube router: /metrics on port $MPORT does not answer"
+  done
   [ "$healthy" = "endpoint=\"$ip:$port\" " ] ||
     die "router's healthy $role endpoints are '$healthy', expected the pod at $ip:$port"
   log "router routes $role to pod pdserve-$role-pod-0 at $ip:$port (resolved by DNS)"
