@@ -1,5 +1,8 @@
 pdserve_add_test(backend_test SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/backend_test.cc
   LIBS pdserve_backend LABELS engine)
+pdserve_add_test(attention_test
+  SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/attention_test.cc
+  LIBS pdserve_backend LABELS engine)
 # The same matmul checks on the AVX-512F emulation of vdpbf16ps (CPUs
 # without AVX512-BF16): bit-identical by construction.
 if(TARGET backend_test)
@@ -29,10 +32,9 @@ if(TARGET backend_test)
 endif()
 # Attention on its portable path (CPUs without AVX-512): the same partition
 # and combine structure, so the same exactness checks hold.
-if(TARGET backend_test)
-  add_test(NAME backend_test_portable_attention COMMAND backend_test
-    --gtest_filter=Attention.*)
-  set_tests_properties(backend_test_portable_attention PROPERTIES
+if(TARGET attention_test)
+  add_test(NAME attention_test_portable COMMAND attention_test)
+  set_tests_properties(attention_test_portable PROPERTIES
     ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()

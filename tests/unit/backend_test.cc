@@ -1,8 +1,8 @@
 // CPU backend: the packed matmul against a double-precision product, its
 // row invariance (a row's result is bit-identical alone or among any other
-// rows, with any thread count), tiled attention against a double-precision
-// softmax and bit-identical to each query alone, and the thread pool's
-// static split.
+// rows, with any thread count), the quantized matmul against its written-out
+// arithmetic, and the thread pool's static split. (Attention:
+// attention_test.cc.)
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,9 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/backend/cpu/attention.h"
 #include "common/backend/cpu/bf16_amx.h"
-#include "common/backend/cpu/kernels.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/quantized_amx.h"
 #include "common/backend/cpu/quantized_matrix.h"
@@ -469,165 +467,6 @@ TEST(QuantMatMul, SetCodesRoundTrips) {
   for (int g = 0; g < 3; ++g) {
     EXPECT_EQ(qm.Scale(1, g), scales[g]);
     EXPECT_EQ(qm.Zero(1, g), zeros[g]);
-  }
-}
-
-// A pool holding one sequence of `len` random K/V rows in 2 layers.
-struct AttentionFixture {
-  std::unique_ptr<KvCache> kv;
-  SeqId seq = 0;
-  AttentionFixture(DType dtype, int head_dim, int block_size, int len,
-                   std::mt19937& rng) {
-    KvLayout layout;
-    layout.num_layers = 2;
-    layout.num_kv_heads = 2;
-    layout.head_dim = head_dim;
-    layout.block_size = block_size;
-    layout.dtype = dtype;
-    kv = std::move(*KvCache::Create(
-        layout,
-        layout.BytesPerBlock() * ((len + block_size - 1) / block_size + 2)));
-    // A spare block first, so that block ids are not positions.
-    const SeqId spare = kv->CreateSequence();
-    EXPECT_TRUE(kv->Reserve(spare, 1).ok());
-    seq = kv->CreateSequence();
-    EXPECT_TRUE(kv->Reserve(seq, len).ok());
-    kv->Free(spare);
-    std::uniform_real_distribution<float> u(-2, 2);
-    const int kvd = layout.num_kv_heads * head_dim;
-    std::vector<float> row(kvd);
-    std::vector<char> stored(kv->row_bytes());
-    for (int l = 0; l < 2; ++l) {
-      for (int p = 0; p < len; ++p) {
-        for (int which = 0; which < 2; ++which) {
-          for (auto& v : row) v = u(rng);
-          StoreRow(row.data(), kvd, dtype, stored.data());
-          kv->WriteRow(seq, l, which, p, stored.data());
-        }
-      }
-    }
-  }
-  // Element i of kv head `h`'s K (which = 0) or V row at `pos`, layer 1.
-  double At(int which, int pos, int h, int i) const {
-    std::vector<char> row(kv->row_bytes());
-    kv->ReadRow(seq, 1, which, pos, row.data());
-    const int64_t at = int64_t{h} * kv->layout().head_dim + i;
-    if (kv->layout().dtype == DType::kBF16) {
-      uint16_t b;
-      std::memcpy(&b, row.data() + 2 * at, 2);
-      return Bf16ToF32(b);
-    }
-    float f;
-    std::memcpy(&f, row.data() + 4 * at, 4);
-    return f;
-  }
-};
-
-// Queries of one sequence attended together (AttendHeads tiles share K/V
-// loads) must give exactly what each gives alone, for any tile-mates and
-// windows, and exactly what a split of the context into partition ranges
-// gives (computed in any order, combined afterwards); and match a
-// double-precision softmax.
-void CheckAttention(DType dtype, int head_dim, int block_size) {
-  constexpr int kLen = 300;  // three partitions
-  std::mt19937 rng(head_dim * 7 + block_size + static_cast<int>(dtype));
-  AttentionFixture f(dtype, head_dim, block_size, kLen, rng);
-  std::uniform_real_distribution<float> u(-2, 2);
-  AttentionArgs args{};
-  args.kv = f.kv.get();
-  args.table = f.kv->BlockTable(f.seq);
-  args.layer = 1;
-  args.kv_head = 1;
-  args.head_dim = head_dim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  constexpr int kQueries = 11;
-  std::vector<float> q(kQueries * head_dim);
-  for (auto& v : q) v = u(rng);
-  const std::string what = std::string(DTypeName(dtype)) + " head_dim " +
-                           std::to_string(head_dim) + " block " +
-                           std::to_string(block_size);
-  for (int window : {0, 5, 140}) {
-    // Queries at positions 250..260 (consecutive, as a prefill chunk), the
-    // last two at 100 and 299 (other partitions, as other heads would be).
-    std::vector<AttentionQuery> qs(kQueries);
-    std::vector<float> tiled(kQueries * head_dim), alone(kQueries * head_dim),
-        split(kQueries * head_dim);
-    for (int g = 0; g < kQueries; ++g) {
-      const int pos = g == 9 ? 100 : (g == 10 ? 299 : 250 + g);
-      qs[g] = {q.data() + g * head_dim,
-               window ? std::max(0, pos - window + 1) : 0, pos,
-               tiled.data() + g * head_dim};
-    }
-    AttendHeads(args, qs.data(), kQueries);
-    // The split: partitions [1, 3) first, then [0, 1), by other calls.
-    const int stride = AttentionPartialFloats(head_dim);
-    std::vector<std::vector<float>> partials(kQueries,
-                                             std::vector<float>(3 * stride));
-    std::vector<float*> ptrs;
-    std::vector<AttentionQuery> sq = qs;
-    for (int g = 0; g < kQueries; ++g) {
-      ptrs.push_back(partials[g].data());
-      sq[g].out = split.data() + g * head_dim;
-    }
-    AttendPartitions(args, sq.data(), ptrs.data(), kQueries, 1, 3);
-    for (int g = kQueries - 1; g >= 0; --g) {
-      AttendPartitions(args, &sq[g], &ptrs[g], 1, 0, 1);
-    }
-    for (int g = 0; g < kQueries; ++g) {
-      CombineAttention(sq[g], head_dim, ptrs[g]);
-    }
-    for (int g = 0; g < kQueries; ++g) {
-      AttentionQuery one = qs[g];
-      one.out = alone.data() + g * head_dim;
-      AttendHeads(args, &one, 1);
-      // Double-precision reference.
-      std::vector<double> s;
-      double mx = -1e300;
-      for (int p = one.first; p <= one.last; ++p) {
-        double d = 0;
-        for (int i = 0; i < head_dim; ++i) d += one.q[i] * f.At(0, p, 1, i);
-        s.push_back(d * args.scale);
-        mx = std::max(mx, s.back());
-      }
-      double sum = 0;
-      for (double& v : s) sum += (v = std::exp(v - mx));
-      for (int i = 0; i < head_dim; ++i) {
-        double ref = 0;
-        for (int p = one.first; p <= one.last; ++p) {
-          ref += s[p - one.first] / sum * f.At(1, p, 1, i);
-        }
-        EXPECT_NEAR(alone[g * head_dim + i], ref, 1e-5)
-            << what << " query " << g << " dim " << i << " window " << window;
-      }
-    }
-    EXPECT_EQ(std::memcmp(tiled.data(), alone.data(), tiled.size() * 4), 0)
-        << what << " window " << window;
-    EXPECT_EQ(std::memcmp(split.data(), alone.data(), split.size() * 4), 0)
-        << what << " window " << window;
-    // A tile starting elsewhere (different tile-mates): same bits.
-    std::vector<float> shifted(kQueries * head_dim);
-    std::vector<AttentionQuery> rest(qs.begin() + 3, qs.end());
-    for (int g = 0; g < static_cast<int>(rest.size()); ++g) {
-      rest[g].out = shifted.data() + (g + 3) * head_dim;
-    }
-    AttendHeads(args, rest.data(), static_cast<int>(rest.size()));
-    EXPECT_EQ(
-        std::memcmp(shifted.data() + 3 * head_dim, alone.data() + 3 * head_dim,
-                    (kQueries - 3) * head_dim * 4),
-        0)
-        << what << " window " << window;
-  }
-}
-
-TEST(Attention, TilesAndSplitsAreBitIdenticalToSingleQueries) {
-  for (int head_dim : {64, 128, 48, 256, 4}) {
-    CheckAttention(DType::kF32, head_dim, 16);
-    CheckAttention(DType::kBF16, head_dim, 16);
-  }
-  // Blocks shorter than, longer than and not dividing 16 positions.
-  for (int block_size : {5, 8, 32, 200}) {
-    CheckAttention(DType::kF32, 64, block_size);
-    CheckAttention(DType::kBF16, 64, block_size);
   }
 }
 
