@@ -1,6 +1,7 @@
 #include "common/kv/kv_tile_copy.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -172,14 +173,131 @@ PDSERVE_TILE_AVX512 void BlockV16(const TileGeometry& g, const char* in,
   }
 }
 
+#define PDSERVE_TILE_AVX2 __attribute__((target("avx2")))
+
+// r[i][j] <- r[j][i] for 8 x 8 32-bit lanes.
+PDSERVE_TILE_AVX2 inline void Transpose8x8(__m256i r[8]) {
+  __m256i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 1] = _mm256_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    u[4 * i + 2] = _mm256_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    u[4 * i + 3] = _mm256_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+    r[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
+  }
+}
+
+// 8 elements (f32 or bf16 widened to 32-bit lanes) and back.
+template <int kBytes>
+PDSERVE_TILE_AVX2 inline __m256i Load8(const char* p) {
+  if constexpr (kBytes == 4) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  } else {
+    return _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+}
+// kStream: a non-temporal store (p aligned to the store's width).
+template <int kBytes, bool kStream>
+PDSERVE_TILE_AVX2 inline void Store8(char* p, __m256i v) {
+  if constexpr (kBytes == 4) {
+    if constexpr (kStream) {
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), v);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
+    }
+  } else {
+    // Lanes hold 0..0xffff: packing saturates nothing; the 64-bit units
+    // (w0-3, w0-3, w4-7, w4-7) -> w0-7.
+    const __m128i h = _mm256_castsi256_si128(
+        _mm256_permute4x64_epi64(_mm256_packus_epi32(v, v), 0x08));
+    if constexpr (kStream) {
+      _mm_stream_si128(reinterpret_cast<__m128i*>(p), h);
+    } else {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h);
+    }
+  }
+}
+
+// BlockK16 on AVX2: 8 dimensions x 8 tokens at a time.
+template <int kBytes, bool kToTiles, bool kStream = false>
+PDSERVE_TILE_AVX2 void BlockK16Avx2(const TileGeometry& g, const char* in,
+                                    char* out) {
+  const int64_t row_bytes = g.row_bytes();
+  auto row_at = [&](int h, int token, int d0) {
+    return (int64_t{h} * g.head_dim + d0) * kBytes + token * row_bytes;
+  };
+  auto tile_at = [&](int h, int d, int t0) {
+    return h * g.head_stride + (int64_t{d} * 16 + t0) * kBytes;
+  };
+  for (int h = 0; h < g.kv_heads; ++h) {
+    for (int d0 = 0; d0 < g.head_dim; d0 += 8) {
+      for (int t0 = 0; t0 < 16; t0 += 8) {
+        __m256i r[8];
+        for (int i = 0; i < 8; ++i) {
+          r[i] = Load8<kBytes>(
+              in + (kToTiles ? row_at(h, t0 + i, d0) : tile_at(h, d0 + i, t0)));
+        }
+        Transpose8x8(r);
+        for (int i = 0; i < 8; ++i) {
+          Store8<kBytes, kStream>(
+              out + (kToTiles ? tile_at(h, d0 + i, t0) : row_at(h, t0 + i, d0)),
+              r[i]);
+        }
+      }
+    }
+  }
+}
+
+// BlockV16 on AVX2 (two 32-byte halves per cache line).
+template <bool kToTiles, bool kStream>
+PDSERVE_TILE_AVX2 void BlockV16Avx2(const TileGeometry& g, const char* in,
+                                    char* out) {
+  const int64_t row_bytes = g.row_bytes();
+  const int64_t slice = int64_t{g.head_dim} * g.elem_bytes;  // % 64 == 0
+  for (int h = 0; h < g.kv_heads; ++h) {
+    for (int i = 0; i < 16; ++i) {
+      const int64_t row_at = i * row_bytes + h * slice;
+      const int64_t tile_at = h * g.head_stride + i * slice;
+      const char* from = in + (kToTiles ? row_at : tile_at);
+      char* to = out + (kToTiles ? tile_at : row_at);
+      for (int64_t at = 0; at < slice; at += 32) {
+        const __m256i v =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + at));
+        if constexpr (kStream) {
+          _mm256_stream_si256(reinterpret_cast<__m256i*>(to + at), v);
+        } else {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(to + at), v);
+        }
+      }
+    }
+  }
+}
+
 // Whether one head's slice of a row is whole cache lines (BlockV16).
 bool WholeLineSlices(const TileGeometry& g) {
   return (int64_t{g.head_dim} * g.elem_bytes) % 64 == 0;
 }
 
+// PDSERVE_DISABLE_AVX512 / PDSERVE_DISABLE_AVX2 (as for the compute
+// kernels) leave the narrower paths to tests.
 bool HasAvx512() {
-  static const bool has =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          std::getenv("PDSERVE_DISABLE_AVX512") == nullptr;
+  return has;
+}
+
+bool HasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") &&
+                          std::getenv("PDSERVE_DISABLE_AVX2") == nullptr;
   return has;
 }
 
@@ -196,19 +314,37 @@ bool WholeBlockStreams(const TileGeometry& g, bool transposed,
 #endif  // __x86_64__
 
 bool WholeBlockFast(const TileGeometry& g, int o0, int o1) {
-  return TileCopyUsesAvx512(g) && o0 == 0 && o1 == 16;
+  return TileCopyVectorized(g) && o0 == 0 && o1 == 16;
 }
 
 }  // namespace
 
-bool TileCopyUsesAvx512(const TileGeometry& g) {
+bool TileCopyVectorized(const TileGeometry& g) {
 #if defined(__x86_64__)
   return g.block_size == 16 && g.head_dim % 16 == 0 &&
-         (g.elem_bytes == 2 || g.elem_bytes == 4) && HasAvx512();
+         (g.elem_bytes == 2 || g.elem_bytes == 4) && (HasAvx512() || HasAvx2());
 #else
   (void)g;
   return false;
 #endif
+}
+
+// The widest of each block copy this CPU runs (WholeBlockFast holds).
+template <int kBytes, bool kToTiles, bool kStream = false>
+void BlockK(const TileGeometry& g, const char* in, char* out) {
+  if (HasAvx512()) {
+    BlockK16<kBytes, kToTiles, kStream>(g, in, out);
+  } else {
+    BlockK16Avx2<kBytes, kToTiles, kStream>(g, in, out);
+  }
+}
+template <bool kToTiles, bool kStream>
+void BlockV(const TileGeometry& g, const char* in, char* out) {
+  if (HasAvx512()) {
+    BlockV16<kToTiles, kStream>(g, in, out);
+  } else {
+    BlockV16Avx2<kToTiles, kStream>(g, in, out);
+  }
 }
 
 void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
@@ -217,23 +353,23 @@ void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
   if (stores == Stores::kStreaming && WholeBlockFast(g, o0, o1) &&
       WholeBlockStreams(g, transposed, tiles)) {
     if (!transposed) {
-      BlockV16<true, true>(g, rows, tiles);
+      BlockV<true, true>(g, rows, tiles);
     } else if (g.elem_bytes == 4) {
-      BlockK16<4, true, true>(g, rows, tiles);
+      BlockK<4, true, true>(g, rows, tiles);
     } else {
-      BlockK16<2, true, true>(g, rows, tiles);
+      BlockK<2, true, true>(g, rows, tiles);
     }
     return;
   }
   if (!transposed && WholeBlockFast(g, o0, o1) && WholeLineSlices(g)) {
-    BlockV16<true, false>(g, rows, tiles);
+    BlockV<true, false>(g, rows, tiles);
     return;
   }
   if (transposed && WholeBlockFast(g, o0, o1)) {
     if (g.elem_bytes == 4) {
-      BlockK16<4, true>(g, rows, tiles);
+      BlockK<4, true>(g, rows, tiles);
     } else {
-      BlockK16<2, true>(g, rows, tiles);
+      BlockK<2, true>(g, rows, tiles);
     }
     return;
   }
@@ -249,14 +385,14 @@ void TilesToRows(const TileGeometry& g, bool transposed, const char* tiles,
                  int o0, int o1, char* rows) {
 #if defined(__x86_64__)
   if (!transposed && WholeBlockFast(g, o0, o1) && WholeLineSlices(g)) {
-    BlockV16<false, false>(g, tiles, rows);
+    BlockV<false, false>(g, tiles, rows);
     return;
   }
   if (transposed && WholeBlockFast(g, o0, o1)) {
     if (g.elem_bytes == 4) {
-      BlockK16<4, false>(g, tiles, rows);
+      BlockK<4, false>(g, tiles, rows);
     } else {
-      BlockK16<2, false>(g, tiles, rows);
+      BlockK<2, false>(g, tiles, rows);
     }
     return;
   }

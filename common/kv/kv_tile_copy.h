@@ -5,8 +5,8 @@
 // 16 tokens transpose 16 x 16 at a time (K) and copy a cache line at a time
 // (V, where a head's slice is whole lines) with AVX-512 where the CPU has it
 // (export and import of a pushed prompt's KV run at memory speed instead of
-// one element at a time). Pure data movement: every element lands bit for
-// bit. Stateless, thread-compatible.
+// one element at a time; AVX2 CPUs transpose 8 x 8). Pure data movement:
+// every element lands bit for bit. Stateless, thread-compatible.
 #ifndef PDSERVE_COMMON_KV_KV_TILE_COPY_H_
 #define PDSERVE_COMMON_KV_KV_TILE_COPY_H_
 
@@ -39,8 +39,9 @@ void RowsToTiles(const TileGeometry& g, bool transposed, int o0, int o1,
 void TilesToRows(const TileGeometry& g, bool transposed, const char* tiles,
                  int o0, int o1, char* rows);
 
-// Whether whole blocks take the AVX-512 path on this CPU (for the tests).
-bool TileCopyUsesAvx512(const TileGeometry& g);
+// Whether whole blocks take a vector path (AVX-512, else AVX2) on this CPU
+// (for the tests).
+bool TileCopyVectorized(const TileGeometry& g);
 
 }  // namespace pdserve::kv_internal
 

@@ -8,9 +8,13 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "common/backend/cpu/attention_avx2.h"
 #include "common/backend/cpu/kernels.h"
+#include "common/backend/cpu/packed_matrix.h"
+#include "common/backend/cpu/simd_exp.h"
 #include "common/kv/kv_cache.h"
 #include "common/model/dtype.h"
 #include "gtest/gtest.h"
@@ -175,6 +179,108 @@ TEST(Attention, TilesAndSplitsAreBitIdenticalToSingleQueries) {
     CheckAttention(DType::kF32, 64, block_size);
     CheckAttention(DType::kBF16, 64, block_size);
   }
+}
+
+// attention.h's arithmetic written out one float at a time: whichever path
+// this CPU (and the ctest variant's PDSERVE_DISABLE_* settings) runs,
+// AVX-512, AVX2 or scalar, must give exactly these bits.
+void CheckDocumentedBits(DType dtype, int head_dim, int block_size) {
+  constexpr int kLen = 300;
+  std::mt19937 rng(head_dim * 13 + block_size);
+  AttentionFixture f(dtype, head_dim, block_size, kLen, rng);
+  std::uniform_real_distribution<float> u(-2, 2);
+  AttentionArgs args{};
+  args.kv = f.kv.get();
+  args.table = f.kv->BlockTable(f.seq);
+  args.layer = 1;
+  args.kv_head = 1;
+  args.head_dim = head_dim;
+  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> q(head_dim), out(head_dim), want(head_dim);
+  for (auto& v : q) v = u(rng);
+  for (auto [first, last] : {std::pair<int, int>{0, 299}, {0, 0}, {37, 250}}) {
+    AttentionQuery one{q.data(), first, last, out.data()};
+    AttendHeads(args, &one, 1);
+    float max_all = -INFINITY;
+    std::vector<std::vector<float>> parts;
+    for (int p = AttentionPartitionOf(first); p <= AttentionPartitionOf(last);
+         ++p) {
+      const int vf = std::max(first, p * kAttentionPartition);
+      const int vl = std::min(last, (p + 1) * kAttentionPartition - 1);
+      std::vector<float> e;
+      float mx = -INFINITY;
+      for (int j = vf; j <= vl; ++j) {
+        float s = 0;
+        for (int d = 0; d < head_dim; ++d) {
+          s = std::fma(q[d], static_cast<float>(f.At(0, j, 1, d)), s);
+        }
+        e.push_back(s * args.scale);
+        mx = std::max(mx, e.back());
+      }
+      float lanes[16] = {};
+      for (int j = vf; j <= vl; ++j) {
+        e[j - vf] = ExpScalar(e[j - vf] - mx);
+        lanes[j % 16] += e[j - vf];
+      }
+      std::vector<float> part = {mx, cpu_internal::LaneSum(lanes)};
+      for (int d = 0; d < head_dim; ++d) {
+        float acc = 0;
+        for (int j = vf; j <= vl; ++j) {
+          acc = std::fma(e[j - vf], static_cast<float>(f.At(1, j, 1, d)), acc);
+        }
+        part.push_back(acc);
+      }
+      max_all = std::max(max_all, mx);
+      parts.push_back(part);
+    }
+    float sum = 0;
+    std::fill(want.begin(), want.end(), 0.0f);
+    for (const auto& part : parts) {
+      const float w = ExpScalar(part[0] - max_all);
+      sum = std::fma(w, part[1], sum);
+      for (int d = 0; d < head_dim; ++d) {
+        want[d] = std::fma(w, part[2 + d], want[d]);
+      }
+    }
+    const float inv = 1.0f / sum;
+    for (auto& v : want) v *= inv;
+    EXPECT_EQ(std::memcmp(out.data(), want.data(), head_dim * 4), 0)
+        << DTypeName(dtype) << " head_dim " << head_dim << " block "
+        << block_size << " positions " << first << ".." << last;
+  }
+}
+
+TEST(Attention, EveryPathComputesTheDocumentedBits) {
+  for (int head_dim : {64, 20, 128}) {
+    CheckDocumentedBits(DType::kF32, head_dim, 16);
+    CheckDocumentedBits(DType::kBF16, head_dim, 16);
+  }
+  CheckDocumentedBits(DType::kF32, 64, 5);
+  CheckDocumentedBits(DType::kBF16, 64, 5);
+}
+
+// The exponential's three forms agree bit for bit over the range softmax
+// and SiLU use (the AVX forms where this CPU has them).
+TEST(Exp, ScalarAvx2AndAvx512FormsAgree) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-100, 100);
+  std::vector<float> xs = {0.0f,  -0.0f, -87.33654f, 88.72283f, -90.0f,
+                           89.0f, 88.7f, -87.0f,     1e-8f,     -1e-8f};
+  for (int i = 0; i < 20000; ++i) xs.push_back(u(rng));
+  int avx2_diff = 0, avx512_diff = 0;
+  for (float x : xs) {
+    const float want = ExpScalar(x);
+    if (CpuHasAvx2()) {
+      const float got = TestOnlyExp256(x);
+      if (std::memcmp(&got, &want, 4) != 0) ++avx2_diff;
+    }
+    if (CpuHasAvx512()) {
+      const float got = TestOnlyExp512(x);
+      if (std::memcmp(&got, &want, 4) != 0) ++avx512_diff;
+    }
+  }
+  EXPECT_EQ(avx2_diff, 0);
+  EXPECT_EQ(avx512_diff, 0);
 }
 
 }  // namespace

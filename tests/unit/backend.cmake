@@ -30,12 +30,31 @@ if(TARGET backend_test)
     ENVIRONMENT PDSERVE_DISABLE_AVX512_VNNI=1 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
-# Attention on its portable path (CPUs without AVX-512): the same partition
-# and combine structure, so the same exactness checks hold.
+# The matmul on CPUs without AVX-512: the AVX2 kernel, and the scalar code
+# of CPUs without AVX2 either; both exactly the documented arithmetic.
+if(TARGET backend_test)
+  add_test(NAME backend_test_avx2 COMMAND backend_test --gtest_filter=MatMul.*)
+  set_tests_properties(backend_test_avx2 PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  add_test(NAME backend_test_scalar COMMAND backend_test --gtest_filter=MatMul.*)
+  set_tests_properties(backend_test_scalar PROPERTIES
+    ENVIRONMENT "PDSERVE_DISABLE_AVX512=1;PDSERVE_DISABLE_AVX2=1" LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()
+# Attention on its AVX2 path (CPUs without AVX-512; where the CPU has no AVX2,
+# the scalar one): the same bits.
 if(TARGET attention_test)
   add_test(NAME attention_test_portable COMMAND attention_test)
   set_tests_properties(attention_test_portable PROPERTIES
     ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()
+# Attention on its scalar path (CPUs without AVX2 either): the same bits.
+if(TARGET attention_test)
+  add_test(NAME attention_test_scalar COMMAND attention_test)
+  set_tests_properties(attention_test_scalar PROPERTIES
+    ENVIRONMENT "PDSERVE_DISABLE_AVX512=1;PDSERVE_DISABLE_AVX2=1" LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
 # The bf16 matmul on AMX tiles (PDSERVE_BF16_KERNEL=amx, opt-in): not

@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -184,15 +185,50 @@ TEST(MatMul, Bf16MatchesReferenceAndIsRowInvariant) {
 // pair of k, high half first, DAZ/FTZ), whether the CPU has the instruction
 // or not: checked bit-for-bit against the scalar definition, with values
 // spanning the subnormal range so that DAZ/FTZ matter.
+// f32: one FMA per k in increasing k, whichever kernel runs (AVX-512,
+// AVX2 or scalar: the ctest variants disable the wider ones).
+TEST(MatMul, F32IsExactlyTheFmaChain) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto [M, K] :
+       {std::pair<int64_t, int64_t>{1, 601}, {7, 601}, {13, 75}, {2, 3}}) {
+    const int64_t N = 70;
+    std::vector<float> w(N * K), x(M * K);
+    for (auto& v : w) v = u(rng);
+    for (auto& v : x) v = u(rng);
+    PackedMatrix pm(N, K, DType::kF32);
+    pm.PackRows(0, WeightView{DType::kF32, {N, K}, w.data()});
+    ThreadPool pool(2);
+    std::vector<float> y(M * N);
+    MatMul(pool, x.data(), M, K, pm, nullptr, y.data(), N);
+    int mismatches = 0;
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        float acc = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          acc = std::fma(x[m * K + k], w[n * K + k], acc);
+        }
+        if (std::memcmp(&acc, &y[m * N + n], 4) != 0) ++mismatches;
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << "M " << M << " K " << K;
+  }
+}
+
 TEST(MatMul, Bf16IsExactlyThePairDotDefinition) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> u(-1, 1);
   std::uniform_int_distribution<int> ex(-140, 10);
   // M = 1 and 9: the decode-sized and the larger products, whose kernels
   // are chosen separately (UseVdpbf16ps).
-  for (auto [tiny, M] :
-       {std::pair<bool, int64_t>{false, 9}, {true, 9}, {false, 1}, {true, 1}}) {
-    const int64_t N = 70, K = 75;
+  // K = 601: past the AVX2 kernel's K blocks (partial sums through y).
+  for (auto [tiny, M, K] : {std::tuple<bool, int64_t, int64_t>{false, 9, 75},
+                            {true, 9, 75},
+                            {false, 1, 75},
+                            {true, 1, 75},
+                            {false, 7, 601},
+                            {false, 1, 601}}) {
+    const int64_t N = 70;
     std::vector<float> w(N * K), x(M * K);
     auto value = [&] {
       return tiny ? std::ldexp(u(rng), ex(rng) / 2 - 60) : u(rng);
@@ -400,7 +436,7 @@ void CheckQuantMatMul(const std::string& spec, int64_t N, int64_t K,
   }
 }
 
-// Each kernel this CPU can run (scalar, VNNI, AMX-INT8), forced for every
+// Each kernel this CPU can run (scalar, AVX2, VNNI, AMX-INT8), forced for every
 // row count, must give the documented arithmetic's bits.
 class QuantKernelTest : public ::testing::TestWithParam<QuantKernel> {
  protected:
@@ -408,7 +444,7 @@ class QuantKernelTest : public ::testing::TestWithParam<QuantKernel> {
     if (!ForceQuantKernel(GetParam())) {
       GTEST_SKIP() << "this CPU cannot run the kernel (AMX-INT8: "
                    << CpuHasAmxInt8() << ", AVX512-VNNI: " << CpuHasAvx512Vnni()
-                   << ")";
+                   << ", AVX2: " << CpuHasAvx2() << ")";
     }
   }
   void TearDown() override { ForceQuantKernel(QuantKernel::kAuto); }
@@ -431,7 +467,8 @@ TEST_P(QuantKernelTest, Int4MatchesDefinitionAndIsRowInvariant) {
 INSTANTIATE_TEST_SUITE_P(Kernels, QuantKernelTest,
                          ::testing::Values(QuantKernel::kScalar,
                                            QuantKernel::kVnni,
-                                           QuantKernel::kAmx),
+                                           QuantKernel::kAmx,
+                                           QuantKernel::kAvx2),
                          [](const ::testing::TestParamInfo<QuantKernel>& info) {
                            switch (info.param) {
                              case QuantKernel::kScalar:
@@ -440,6 +477,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, QuantKernelTest,
                                return std::string("Vnni");
                              case QuantKernel::kAmx:
                                return std::string("Amx");
+                             case QuantKernel::kAvx2:
+                               return std::string("Avx2");
                              default:
                                return std::string("Auto");
                            }

@@ -7,3 +7,17 @@ if(TARGET kv_test)
     ENVIRONMENT PDSERVE_HUGE_PAGES=0 LABELS engine
     WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
 endif()
+# Export/import on the AVX2 block copies (CPUs without AVX-512; where the
+# CPU has no AVX2 either, the element-wise path).
+if(TARGET kv_test)
+  add_test(NAME kv_test_avx2 COMMAND kv_test
+    --gtest_filter=KvCache.ExportImport*)
+  set_tests_properties(kv_test_avx2 PROPERTIES
+    ENVIRONMENT PDSERVE_DISABLE_AVX512=1 LABELS engine
+    WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+  add_test(NAME kv_test_scalar COMMAND kv_test
+    --gtest_filter=KvCache.ExportImport*)
+  set_tests_properties(kv_test_scalar PROPERTIES
+    ENVIRONMENT "PDSERVE_DISABLE_AVX512=1;PDSERVE_DISABLE_AVX2=1"
+    LABELS engine WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+endif()

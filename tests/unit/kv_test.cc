@@ -156,10 +156,10 @@ TEST(KvCache, TilesHoldKeysTransposedAndValuesByRow) {
 }
 
 // Export and import move whole blocks of 16 tokens with 16 x 16 transposes
-// (AVX-512; imports with ordinary or non-temporal stores) and partial
-// blocks one element at a time: all of them, for every block size and head
-// size, must put each element where the in-pool layout says
-// (checked by indexing the tiles directly) and give back the same bytes.
+// (AVX-512; 8 x 8 on AVX2; imports with ordinary or non-temporal stores) and
+// partial blocks one element at a time: all of them, for every block size and
+// head size, must put each element where the in-pool layout says (checked by
+// indexing the tiles directly) and give back the same bytes.
 TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
   std::mt19937 rng(5);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -178,7 +178,7 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
         SCOPED_TRACE(::testing::Message()
                      << DTypeName(dtype) << " block " << block_size
                      << " head_dim " << head_dim << " fast "
-                     << kv_internal::TileCopyUsesAvx512(g));
+                     << kv_internal::TileCopyVectorized(g));
         SeqId s = kv->CreateSequence();
         ASSERT_TRUE(kv->Reserve(s, capacity).ok());
         ASSERT_TRUE(kv->SetLength(s, capacity).ok());

@@ -7,7 +7,7 @@
 //
 //   build/tools/matmul_bench [--rows=1,16,64] [--formats=f32,bf16,int8,int4]
 //
-// PDSERVE_QUANT_KERNEL=amx|vnni|scalar picks the int8/int4 kernel.
+// PDSERVE_QUANT_KERNEL=amx|vnni|avx2|scalar picks the int8/int4 kernel.
 #include <time.h>
 
 #include <cstdio>

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/backend/cpu/attention_avx2.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/simd_exp.h"
 
@@ -446,8 +447,8 @@ PDSERVE_AVX512 void CombineAvx512(const AttentionQuery& q, int head_dim,
 #undef PDSERVE_AVX512
 #pragma GCC pop_options
 
-// ---- Portable path (no AVX-512, or head_dim > 256): the same partitions
-// and combine order, std::exp for the exponentials.
+// ---- Portable path (no AVX2, or head_dim > 256): the same arithmetic in
+// scalar code (ExpScalar: Exp512's steps on one float).
 
 float LoadElement(const char* p, DType dtype, int64_t i) {
   if (dtype == DType::kBF16) {
@@ -481,11 +482,10 @@ void PartitionScalar(const AttentionArgs& a, const AttentionQuery& q, int p,
   }
   float lanes[kLanes] = {};
   for (int j = vf; j <= vl; ++j) {
-    e[j - vf] = std::exp(e[j - vf] - max);
+    e[j - vf] = ExpScalar(e[j - vf] - max);
     lanes[j % kLanes] += e[j - vf];
   }
-  float sum = 0.0f;
-  for (float l : lanes) sum += l;
+  const float sum = cpu_internal::LaneSum(lanes);
   float* acc = out + 2;
   for (int d = 0; d < D; ++d) acc[d] = 0.0f;
   for (int j = vf; j <= vl; ++j) {
@@ -509,7 +509,7 @@ void CombineScalar(const AttentionQuery& q, int head_dim, const float* partials,
   for (int d = 0; d < head_dim; ++d) q.out[d] = 0.0f;
   for (int i = 0; i < parts; ++i) {
     const float* part = partials + i * stride;
-    const float w = std::exp(part[0] - max);
+    const float w = ExpScalar(part[0] - max);
     sum = std::fma(w, part[1], sum);
     for (int d = 0; d < head_dim; ++d) {
       q.out[d] = std::fma(w, part[2 + d], q.out[d]);
@@ -520,6 +520,9 @@ void CombineScalar(const AttentionQuery& q, int head_dim, const float* partials,
 }
 
 bool UseAvx512(int head_dim) { return CpuHasAvx512() && head_dim <= 256; }
+bool UseAvx2(int head_dim) {
+  return !CpuHasAvx512() && CpuHasAvx2() && head_dim <= 256;
+}
 
 }  // namespace
 
@@ -537,6 +540,11 @@ void AttendPartitions(const AttentionArgs& args, const AttentionQuery* queries,
     const int last = AttentionPartitionOf(queries[g].last);
     for (int p = std::max(first, part_begin); p <= std::min(last, part_end - 1);
          ++p) {
+      if (UseAvx2(args.head_dim)) {
+        cpu_internal::AttentionPartitionAvx2(
+            args, queries[g], p, partials[g] + (p - first) * int64_t{stride});
+        continue;
+      }
       PartitionScalar(args, queries[g], p,
                       partials[g] + (p - first) * int64_t{stride});
     }
@@ -549,6 +557,8 @@ void CombineAttention(const AttentionQuery& query, int head_dim,
       AttentionPartitionOf(query.last) - AttentionPartitionOf(query.first) + 1;
   if (UseAvx512(head_dim)) {
     CombineAvx512(query, head_dim, partials, parts);
+  } else if (UseAvx2(head_dim)) {
+    cpu_internal::CombineAttentionAvx2(query, head_dim, partials, parts);
   } else {
     CombineScalar(query, head_dim, partials, parts);
   }

@@ -9,13 +9,15 @@
 //   per partition p intersecting [first, last], over its positions j:
 //     s_j   = (FMA chain over d = 0..head_dim-1 of q[d] * k_j[d]) * scale
 //     m_p   = max s_j
-//     e_j   = exp(s_j - m_p)                    (Exp512, or std::exp)
+//     e_j   = exp(s_j - m_p)       (Cephes' polynomial, simd_exp.h)
 //     sum_p = 16 lanes (lane j % 16) summed in increasing j, then reduced
+//             pairwise as cpu_internal::LaneSum (attention_avx2.h)
 //     acc_p = FMA chain over j increasing of e_j * v_j
 //   combine in increasing p: M = max m_p, w_p = exp(m_p - M),
 //     S = FMA chain of w_p * sum_p, out = (FMA chain of w_p * acc_p) * (1/S).
 // Nothing depends on which queries share a call, which thread computes a
-// partition, the batch, or how the prompt was chunked.
+// partition, the batch, or how the prompt was chunked; nor on the CPU: the
+// AVX-512, AVX2 (attention_avx2.h) and scalar paths compute the same bits.
 #ifndef PDSERVE_COMMON_BACKEND_CPU_ATTENTION_H_
 #define PDSERVE_COMMON_BACKEND_CPU_ATTENTION_H_
 

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/backend/cpu/bf16_amx.h"
+#include "common/backend/cpu/packed_matrix_avx2.h"
 #include "common/util/logging.h"
 
 namespace pdserve {
@@ -297,6 +298,12 @@ bool DetectAvx512() {
          std::getenv("PDSERVE_DISABLE_AVX512") == nullptr;
 }
 
+bool DetectAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         std::getenv("PDSERVE_DISABLE_AVX2") == nullptr;
+}
+
 bool DetectAvx512Bf16() {
   __builtin_cpu_init();
   return DetectAvx512() && __builtin_cpu_supports("avx512bf16") &&
@@ -386,6 +393,11 @@ bool ChooseVdpbf16ps(int64_t rows) {
 
 bool CpuHasAvx512() {
   static const bool has = DetectAvx512();
+  return has;
+}
+
+bool CpuHasAvx2() {
+  static const bool has = DetectAvx2();
   return has;
 }
 
@@ -497,7 +509,10 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
   const bool bf16 = w.dtype() == DType::kBF16;
   const bool amx_bf16 = bf16 && UseAmxBf16();
   const bool native_bf16 = bf16 && avx512 && !amx_bf16 && UseVdpbf16ps(M);
-  const bool split_bf16 = bf16 && avx512 && !amx_bf16 && !native_bf16;
+  // Without AVX-512 the AVX2 kernel runs where the CPU has it (the same
+  // bits), else scalar code.
+  const bool avx2 = !avx512 && CpuHasAvx2();
+  const bool split_bf16 = bf16 && (avx512 || avx2) && !amx_bf16 && !native_bf16;
   const int64_t K = PanelRows(w.dtype(), w.k());
   // bf16: the activations rounded to bf16 pairs once per call (and, for the
   // emulated kernel, widened back to f32 pair by pair).
@@ -567,6 +582,9 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
             if (amx_bf16) {
               Bf16PanelAmx(static_cast<const uint32_t*>(xin), M, ldxin, panel,
                            K, valid, yp, ldy);
+            } else if (avx2) {
+              cpu_internal::PanelAvx2(bf16, static_cast<const float*>(xin), M,
+                                      ldxin, panel, K, valid, yp, ldy);
             } else if (!avx512) {
               PanelScalar(w.dtype(), xin, M, ldxin, panel, K, valid, yp, ldy);
             } else if (native_bf16) {

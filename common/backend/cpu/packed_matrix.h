@@ -14,8 +14,9 @@
 //   each product exact in f32 and each sum rounded to f32 (nearest even),
 //   with bf16/f32 subnormal inputs read as zero and subnormal sums flushed to
 //   zero: vdpbf16ps' definition. CPUs without AVX512-BF16 compute exactly
-//   that with two FMAs per pair under MXCSR DAZ|FTZ (AVX-512F) or in scalar
-//   code; CPUs with it too, where the FMAs are faster (UseVdpbf16ps).
+//   that with two FMAs per pair under MXCSR DAZ|FTZ (AVX-512F, or AVX2:
+//   packed_matrix_avx2.h) or in scalar code; CPUs with it too, where the FMAs
+//   are faster (UseVdpbf16ps).
 // Threads split N (chunks of panels from a shared counter), never K.
 // Immutable after packing; MatMul is thread-safe.
 #ifndef PDSERVE_COMMON_BACKEND_CPU_PACKED_MATRIX_H_
@@ -70,6 +71,9 @@ void MatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
 
 // True when the AVX-512 kernels run on this CPU (else the scalar fallback).
 bool CpuHasAvx512();
+// True when the CPU has AVX2 and FMA (PDSERVE_DISABLE_AVX2 unset): without
+// AVX-512, the matmul runs its AVX2 kernel (same bits) instead of scalar code.
+bool CpuHasAvx2();
 // True when the CPU has vdpbf16ps (AVX512-BF16).
 bool CpuHasAvx512Bf16();
 // True when bf16 products of `rows` rows of x use vdpbf16ps, else its

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/backend/cpu/quantized_amx.h"
+#include "common/backend/cpu/quantized_avx2.h"
 
 namespace pdserve {
 namespace {
@@ -259,11 +260,12 @@ QuantKernel KernelFromEnv() {
   const std::string name = env;
   if (name == "amx" && CpuHasAmxInt8()) return QuantKernel::kAmx;
   if (name == "vnni" && CpuHasAvx512Vnni()) return QuantKernel::kVnni;
+  if (name == "avx2" && CpuHasAvx2()) return QuantKernel::kAvx2;
   if (name == "scalar") return QuantKernel::kScalar;
   if (!name.empty() && name != "auto") {
     std::fprintf(stderr,
-                 "pdserve: PDSERVE_QUANT_KERNEL=%s ignored (amx, vnni or "
-                 "scalar, and this CPU must run it); choosing by CPU\n",
+                 "pdserve: PDSERVE_QUANT_KERNEL=%s ignored (amx, vnni, avx2 "
+                 "or scalar, and this CPU must run it); choosing by CPU\n",
                  name.c_str());
   }
   return QuantKernel::kAuto;
@@ -275,7 +277,8 @@ QuantKernel ChooseKernel(int64_t M) {
   if (k == QuantKernel::kAuto) k = from_env;
   if (k != QuantKernel::kAuto) return k;
   if (M >= kAmxMinRows && CpuHasAmxInt8()) return QuantKernel::kAmx;
-  return CpuHasAvx512Vnni() ? QuantKernel::kVnni : QuantKernel::kScalar;
+  if (CpuHasAvx512Vnni()) return QuantKernel::kVnni;
+  return CpuHasAvx2() ? QuantKernel::kAvx2 : QuantKernel::kScalar;
 }
 
 bool DetectVnni() {
@@ -300,7 +303,8 @@ bool CpuHasAvx512Vnni() {
 
 bool ForceQuantKernel(QuantKernel kernel) {
   if ((kernel == QuantKernel::kAmx && !CpuHasAmxInt8()) ||
-      (kernel == QuantKernel::kVnni && !CpuHasAvx512Vnni())) {
+      (kernel == QuantKernel::kVnni && !CpuHasAvx512Vnni()) ||
+      (kernel == QuantKernel::kAvx2 && !CpuHasAvx2())) {
     return false;
   }
   forced_kernel.store(kernel, std::memory_order_relaxed);
@@ -449,7 +453,8 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                  int64_t ldy) {
   if (M <= 0) return;
   const QuantKernel kernel = ChooseKernel(M);
-  const bool vnni = kernel != QuantKernel::kScalar;  // quantize with AVX-512
+  // Quantize with AVX-512 where the kernel is an AVX-512 one.
+  const bool vnni = kernel == QuantKernel::kVnni || kernel == QuantKernel::kAmx;
   const int64_t G = w.format().group_size;
   // The caller's buffers (a lambda naming a thread_local would reach each
   // pool thread's own instance, hence the reference).
@@ -523,6 +528,8 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                                       masks};
             if (kernel == QuantKernel::kScalar) {
               PanelScalar(w, args, M, valid);
+            } else if (kernel == QuantKernel::kAvx2) {
+              cpu_internal::QuantPanelAvx2(args, M, valid, bits, asym);
             } else if (kernel == QuantKernel::kAmx) {
               QuantPanelAmx(args, M, bits, asym);
             } else if (bits == 8) {

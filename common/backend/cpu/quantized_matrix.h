@@ -1,5 +1,6 @@
 // Weight matrices quantized to 8 or 4 bits for the CPU, and their matmul
-// (AVX512-VNNI vpdpbusd, or AMX-INT8 tiles for products of many rows). Weights
+// (AVX512-VNNI vpdpbusd, or AMX-INT8 tiles for products of many rows; AVX2
+// or scalar code on CPUs without AVX-512). Weights
 // W[n][k] = scale[g][n] * (u[n][k] - zero[g][n]) for k in group g (group_size
 // consecutive k), u unsigned (0..255 or 0..15), scales stored as f16, zero
 // points per (group, column) or one constant (symmetric: 128 or 8). Packed once
@@ -93,9 +94,9 @@ bool CpuHasAvx512Vnni();
 
 // QuantMatMul's kernels, all with the same bits. kAuto (the default) takes
 // AMX-INT8 for products of 16 rows or more where the CPU has it, else VNNI
-// where it has that, else scalar code; PDSERVE_QUANT_KERNEL=amx|vnni|scalar
-// forces one for the process.
-enum class QuantKernel { kAuto, kScalar, kVnni, kAmx };
+// where it has that, else AVX2 (quantized_avx2.h), else scalar code;
+// PDSERVE_QUANT_KERNEL=amx|vnni|avx2|scalar forces one for the process.
+enum class QuantKernel { kAuto, kScalar, kVnni, kAmx, kAvx2 };
 // Forces a kernel for every later QuantMatMul in the process (tests,
 // benchmarks); kAuto restores the default. False, and nothing changes,
 // where this CPU cannot run it.

@@ -1,0 +1,197 @@
+#include "common/backend/cpu/quantized_avx2.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace pdserve::cpu_internal {
+namespace {
+
+constexpr int kPanel = 64;
+constexpr int kBlock = 32;
+constexpr int64_t kPrefetchBytes = 4096;
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+
+// Byte offset of strip s (columns 8s..8s+7) in a quad of k (4 codes per
+// column, one 32-bit lane each). int8: column c at (c / 16) * 64 + (c % 16)
+// * 4; int4: the nibble c / 16 % 2 of byte (c / 32) * 64 + (c % 16) * 4.
+template <int kBits>
+constexpr int StripOffset(int s) {
+  return kBits == 8 ? (8 * s / 16) * 64 + (8 * s % 16) * 4
+                    : (8 * s / 32) * 64 + (8 * s % 16) * 4;
+}
+
+// R rows x strips [s0, s0 + NS) over every group and block. Per lane (a
+// column) and block the integer sum of u * q over 32 k: int8 widens the
+// codes and activations to 16 bits (vpmaddwd: exact, two k per int32,
+// pairs added at the block's end); int4 multiplies bytes (vpmaddubsw:
+// 15 * 127 * 2 cannot saturate) and adds the pairs with vpmaddwd.
+template <int R, int NS, int kBits, bool kAsym>
+inline void Kernel(const QuantPanelArgs& a, int s0) {
+  constexpr int kBlockCodeBytes = kBits == 8 ? 2048 : 1024;  // 8 quads
+  constexpr int kQuadBytes = kBits == 8 ? 256 : 128;
+  constexpr int32_t kZero = 1 << (kBits - 1);
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  alignas(32) float acc[R][NS][8] = {};
+  for (int64_t g = 0; g < a.groups; ++g) {
+    const char* gp = a.panel + g * a.group_bytes;
+    const uint16_t* sp = reinterpret_cast<const uint16_t*>(gp + a.code_bytes);
+    const uint8_t* zp =
+        reinterpret_cast<const uint8_t*>(gp + a.code_bytes) + kPanel * 2;
+    for (int64_t b = 0; b < a.blocks_per_group; ++b) {
+      const int64_t blk = g * a.blocks_per_group + b;
+      const char* cp = gp + b * kBlockCodeBytes;
+      if constexpr (R == 1) {
+        for (int line = 0; line < kBlockCodeBytes; line += 64) {
+          _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
+        }
+      }
+      // The rows' activation codes of each quad, broadcast: int8 as 16-bit
+      // (q0..q3 x4), int4 as bytes.
+      __m256i xv[R][8];
+      for (int r = 0; r < R; ++r) {
+        for (int q = 0; q < 8; ++q) {
+          int32_t xw;
+          std::memcpy(&xw, a.xq + r * a.ldq + blk * kBlock + q * 4, 4);
+          xv[r][q] = kBits == 8 ? _mm256_cvtepi8_epi16(_mm_set1_epi32(xw))
+                                : _mm256_set1_epi32(xw);
+        }
+      }
+      for (int s = 0; s < NS; ++s) {
+        const int off = StripOffset<kBits>(s0 + s);
+        __m256i isum[R];
+        if constexpr (kBits == 8) {
+          // Lanes 0-3 and 4-7, two partial sums per lane each.
+          __m256i lo[R], hi[R];
+          for (int r = 0; r < R; ++r) {
+            lo[r] = _mm256_setzero_si256();
+            hi[r] = _mm256_setzero_si256();
+          }
+          for (int q = 0; q < 8; ++q) {
+            const char* p = cp + q * kQuadBytes + off;
+            const __m256i w_lo = _mm256_cvtepu8_epi16(
+                _mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+            const __m256i w_hi = _mm256_cvtepu8_epi16(
+                _mm_load_si128(reinterpret_cast<const __m128i*>(p + 16)));
+            for (int r = 0; r < R; ++r) {
+              lo[r] =
+                  _mm256_add_epi32(lo[r], _mm256_madd_epi16(w_lo, xv[r][q]));
+              hi[r] =
+                  _mm256_add_epi32(hi[r], _mm256_madd_epi16(w_hi, xv[r][q]));
+            }
+          }
+          // [l0 l1 l4 l5 | l2 l3 l6 l7] -> lanes in order.
+          for (int r = 0; r < R; ++r) {
+            isum[r] =
+                _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[r], hi[r]), 0xd8);
+          }
+        } else {
+          __m256i p16[R];
+          for (int r = 0; r < R; ++r) p16[r] = _mm256_setzero_si256();
+          for (int q = 0; q < 8; ++q) {
+            const __m256i v = _mm256_load_si256(
+                reinterpret_cast<const __m256i*>(cp + q * kQuadBytes + off));
+            const __m256i codes =
+                ((s0 + s) / 2) % 2 == 0
+                    ? _mm256_and_si256(v, nib)
+                    : _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+            for (int r = 0; r < R; ++r) {
+              // |pair| <= 2 * 15 * 127 and 8 quads <= 30480: int16 holds it.
+              p16[r] = _mm256_add_epi16(p16[r],
+                                        _mm256_maddubs_epi16(codes, xv[r][q]));
+            }
+          }
+          for (int r = 0; r < R; ++r) {
+            isum[r] = _mm256_madd_epi16(p16[r], ones16);
+          }
+        }
+        const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(sp + 8 * (s0 + s))));
+        __m256i zero8 = _mm256_setzero_si256();
+        if constexpr (kAsym) {
+          int64_t z8;
+          std::memcpy(&z8, zp + 8 * (s0 + s), 8);
+          zero8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8));
+        }
+        for (int r = 0; r < R; ++r) {
+          const int32_t xsum = a.xsum[r * a.ldb + blk];
+          const __m256i corr =
+              kAsym ? _mm256_mullo_epi32(zero8, _mm256_set1_epi32(xsum))
+                    : _mm256_set1_epi32(kZero * xsum);
+          const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], corr));
+          const __m256 sx = _mm256_set1_ps(a.xs[r * a.ldb + blk]);
+          _mm256_store_ps(acc[r][s],
+                          _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
+                                          _mm256_load_ps(acc[r][s])));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int s = 0; s < NS; ++s) {
+      std::memcpy(a.y + r * a.ldy + 8 * (s0 + s), acc[r][s], 32);
+    }
+  }
+}
+
+template <int kBits, bool kAsym>
+void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
+  // Whole strips into a scratch row when the panel is partial (stores of
+  // 8 columns), copied out after.
+  alignas(32) float scratch[4 * kPanel];
+  for (int64_t m = 0; m < M;) {
+    const int rows =
+        M - m == 1 ? 1 : static_cast<int>(std::min<int64_t>(4, M - m));
+    QuantPanelArgs a = args;
+    a.xq = args.xq + m * args.ldq;
+    a.xs = args.xs + m * args.ldb;
+    a.xsum = args.xsum + m * args.ldb;
+    const bool partial = valid < kPanel;
+    a.y = partial ? scratch : args.y + m * args.ldy;
+    a.ldy = partial ? kPanel : args.ldy;
+    // All 64 columns per call for several rows: each block's activations
+    // are widened once for the 8 strips.
+    switch (rows) {
+      case 4:
+        Kernel<4, 8, kBits, kAsym>(a, 0);
+        break;
+      case 3:
+        Kernel<3, 8, kBits, kAsym>(a, 0);
+        break;
+      case 2:
+        Kernel<2, 8, kBits, kAsym>(a, 0);
+        break;
+      default:
+        // One row: two halves of 32 columns (fewer sums held at once).
+        Kernel<1, 4, kBits, kAsym>(a, 0);
+        if (valid > 32) Kernel<1, 4, kBits, kAsym>(a, 4);
+        break;
+    }
+    if (partial) {
+      for (int r = 0; r < rows; ++r) {
+        std::memcpy(args.y + (m + r) * args.ldy, scratch + r * kPanel,
+                    static_cast<size_t>(valid) * 4);
+      }
+    }
+    m += rows;
+  }
+}
+
+#pragma GCC pop_options
+
+}  // namespace
+
+void QuantPanelAvx2(const QuantPanelArgs& a, int64_t M, int valid, int bits,
+                    bool asym) {
+  if (bits == 8) {
+    asym ? Panel<8, true>(a, M, valid) : Panel<8, false>(a, M, valid);
+  } else {
+    asym ? Panel<4, true>(a, M, valid) : Panel<4, false>(a, M, valid);
+  }
+}
+
+}  // namespace pdserve::cpu_internal
