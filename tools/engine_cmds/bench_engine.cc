@@ -462,10 +462,16 @@ int RunBenchEngine(const std::vector<std::string>&) {
   } else {
     std::printf("%s: %s\n", gemm_name, gemm_status.ToString().c_str());
   }
-  std::printf(
-      "prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM (best of %d)\n",
-      prompt_len / prefill_s, prefill_gflops, 100 * gemm_fraction,
-      kPrefillRuns);
+  if (gemm_ok) {
+    std::printf(
+        "prefill  %8.1f tokens/s  %8.1f GFLOP/s  = %.0f%% of GEMM (best of "
+        "%d)\n",
+        prompt_len / prefill_s, prefill_gflops, 100 * gemm_fraction,
+        kPrefillRuns);
+  } else {
+    std::printf("prefill  %8.1f tokens/s  %8.1f GFLOP/s  (best of %d)\n",
+                prompt_len / prefill_s, prefill_gflops, kPrefillRuns);
+  }
   for (const auto& r : rows) {
     std::printf(
         "decode batch %3d  step %7.2f ms (median %.2f)  %8.1f tokens/s  "
