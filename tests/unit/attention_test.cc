@@ -57,6 +57,17 @@ struct AttentionFixture {
       }
     }
   }
+  // Attention over layer 1, kv head 1 (what At reads), scaled 1/sqrt(D).
+  AttentionArgs Args() const {
+    AttentionArgs args{};
+    args.kv = kv.get();
+    args.table = kv->BlockTable(seq);
+    args.layer = 1;
+    args.kv_head = 1;
+    args.head_dim = kv->layout().head_dim;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(args.head_dim));
+    return args;
+  }
   // Element i of kv head `h`'s K (which = 0) or V row at `pos`, layer 1.
   double At(int which, int pos, int h, int i) const {
     std::vector<char> row(kv->row_bytes());
@@ -83,13 +94,7 @@ void CheckAttention(DType dtype, int head_dim, int block_size) {
   std::mt19937 rng(head_dim * 7 + block_size + static_cast<int>(dtype));
   AttentionFixture f(dtype, head_dim, block_size, kLen, rng);
   std::uniform_real_distribution<float> u(-2, 2);
-  AttentionArgs args{};
-  args.kv = f.kv.get();
-  args.table = f.kv->BlockTable(f.seq);
-  args.layer = 1;
-  args.kv_head = 1;
-  args.head_dim = head_dim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const AttentionArgs args = f.Args();
   constexpr int kQueries = 11;
   std::vector<float> q(kQueries * head_dim);
   for (auto& v : q) v = u(rng);
@@ -189,13 +194,7 @@ void CheckDocumentedBits(DType dtype, int head_dim, int block_size) {
   std::mt19937 rng(head_dim * 13 + block_size);
   AttentionFixture f(dtype, head_dim, block_size, kLen, rng);
   std::uniform_real_distribution<float> u(-2, 2);
-  AttentionArgs args{};
-  args.kv = f.kv.get();
-  args.table = f.kv->BlockTable(f.seq);
-  args.layer = 1;
-  args.kv_head = 1;
-  args.head_dim = head_dim;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const AttentionArgs args = f.Args();
   std::vector<float> q(head_dim), out(head_dim), want(head_dim);
   for (auto& v : q) v = u(rng);
   for (auto [first, last] : {std::pair<int, int>{0, 299}, {0, 0}, {37, 250}}) {
