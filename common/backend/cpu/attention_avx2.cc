@@ -51,10 +51,10 @@ inline __m256 Load8(const char* p, int n) {
   }
 }
 
-// s_j (scaled) for the groups [g0, g0 + kG) into sc[j - p0].
+// s_j (scaled) for the groups g[0, kG) into sc[j - vf].
 template <bool kBf16, int kG>
 inline void ScoreGroups(const AttentionArgs& a, const float* q, const Group* g,
-                        int p0, float* sc) {
+                        int vf, float* sc) {
   const int64_t dim_stride =
       int64_t{a.kv->layout().block_size} * (kBf16 ? 2 : 4);
   __m256 acc[kG];
@@ -70,13 +70,13 @@ inline void ScoreGroups(const AttentionArgs& a, const float* q, const Group* g,
   for (int i = 0; i < kG; ++i) {
     alignas(32) float s[8];
     _mm256_store_ps(s, _mm256_mul_ps(acc[i], scale));
-    std::memcpy(sc + g[i].j0 - p0, s, static_cast<size_t>(g[i].n) * 4);
+    std::memcpy(sc + g[i].j0 - vf, s, static_cast<size_t>(g[i].n) * 4);
   }
 }
 
 template <bool kBf16, int kChunks>
 void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
-               int p0, float* out) {
+               float* out) {
   constexpr int kEs = kBf16 ? 2 : 4;
   const KvCache& kv = *a.kv;
   const int bs = kv.layout().block_size;
@@ -151,11 +151,11 @@ void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
 
 template <int... kC>
 void Dispatch(std::integer_sequence<int, kC...>, const AttentionArgs& a,
-              const AttentionQuery& q, int vf, int vl, int p0, float* out) {
+              const AttentionQuery& q, int vf, int vl, float* out) {
   const int chunks = (a.head_dim + 7) / 8;
   const bool bf16 = a.kv->layout().dtype == DType::kBF16;
-  ((chunks == kC + 1 ? (bf16 ? Partition<true, kC + 1>(a, q, vf, vl, p0, out)
-                             : Partition<false, kC + 1>(a, q, vf, vl, p0, out))
+  ((chunks == kC + 1 ? (bf16 ? Partition<true, kC + 1>(a, q, vf, vl, out)
+                             : Partition<false, kC + 1>(a, q, vf, vl, out))
                      : void()),
    ...);
 }
@@ -173,8 +173,7 @@ void AttentionPartitionAvx2(const AttentionArgs& a, const AttentionQuery& q,
   const int vl =
       std::min(q.last, p * kAttentionPartition + kAttentionPartition - 1);
   if (vf > vl || a.head_dim > kMaxDim) return;
-  Dispatch(std::make_integer_sequence<int, kMaxDim / 8>(), a, q, vf, vl,
-           p * kAttentionPartition, out);
+  Dispatch(std::make_integer_sequence<int, kMaxDim / 8>(), a, q, vf, vl, out);
 }
 
 void CombineAttentionAvx2(const AttentionQuery& q, int head_dim,
