@@ -8,7 +8,6 @@
 // does not enter (stalls on memory still count).
 //
 //   build/tools/attention_bench [contexts...]   (default 16 512 2048)
-#include <immintrin.h>
 #include <time.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 
 #include "common/backend/cpu/aligned_buffer.h"
 #include "common/backend/cpu/attention.h"
+#include "common/backend/cpu/bench_probes.h"
 #include "common/backend/cpu/kernels.h"
 
 namespace pdserve {
@@ -28,16 +28,6 @@ double ThreadCpuSeconds() {
   timespec t;
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return t.tv_sec + 1e-9 * t.tv_nsec;
-}
-
-// Streams `n` floats (AVX-512 loads summed), returning the sum.
-__attribute__((target("avx512f"))) float StreamRead(const float* p, int64_t n) {
-  __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a = _mm512_add_ps(a, _mm512_loadu_ps(p + i));
-    b = _mm512_add_ps(b, _mm512_loadu_ps(p + i + 16));
-  }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
 }
 
 int Run(const std::vector<int>& contexts) {
@@ -85,7 +75,7 @@ int Run(const std::vector<int>& contexts) {
       for (int64_t i = 0; i < stream_floats; ++i) stream[i] = u(rng);
       double best = 1e30, best_stream = 1e30;
       for (int rep = 0; rep < kReps; ++rep) {
-        sink += StreamRead(flush.data(), flush.size());
+        sink += StreamingReadSum(flush.data(), flush.size());
         double t0 = ThreadCpuSeconds();
         for (int l = 0; l < kLayers; ++l) {
           for (int h = 0; h < kHeads; ++h) {
@@ -98,9 +88,9 @@ int Run(const std::vector<int>& contexts) {
         }
         best = std::min(best, ThreadCpuSeconds() - t0);
         sink += out[0];
-        sink += StreamRead(flush.data(), flush.size());
+        sink += StreamingReadSum(flush.data(), flush.size());
         t0 = ThreadCpuSeconds();
-        sink += StreamRead(stream, stream_floats);
+        sink += StreamingReadSum(stream, stream_floats);
         best_stream = std::min(best_stream, ThreadCpuSeconds() - t0);
       }
       std::printf("%-6s %8d %10.2f %9.3f ms %9.3f ms %10.2f\n",

@@ -14,10 +14,14 @@
 
 namespace pdserve {
 
+// The sum of p[0, n) read with the widest vector loads this CPU has
+// (AVX-512, else AVX2, else scalar; 4 independent accumulators): a plain
+// streaming read, bound by memory rather than by its add chain.
+float StreamingReadSum(const float* p, int64_t n);
+
 // GB/s (1e9 bytes/s) of a plain streaming read: every thread of `pool` sums
-// its contiguous share of a `bytes` buffer with AVX-512 loads (4 independent
-// accumulators). The buffer is allocated and written once, then read `reps`
-// times; one figure per read.
+// its contiguous share of a `bytes` buffer with StreamingReadSum. The buffer is
+// allocated and written once, then read `reps` times; one figure per read.
 std::vector<double> MeasureReadBandwidthGbps(ThreadPool& pool, int64_t bytes,
                                              int reps);
 

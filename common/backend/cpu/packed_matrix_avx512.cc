@@ -22,6 +22,10 @@ constexpr int64_t kPrefetchBytes = 4096;
 // included, hence the pragma.
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512bf16,fma")
+// GCC 12 warns about the `__Y = __Y` idiom inside its own intrinsics
+// (_mm512_slli_epi32 inlined here): a false positive.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 // f32 weights: one FMA per k.
 template <int R>
@@ -250,6 +254,7 @@ __attribute__((target("avx512f,avx512bw"))) void RoundToBf16PairsAvx512(
   }
 }
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 }  // namespace pdserve::cpu_internal
