@@ -250,12 +250,17 @@ void CheckDocumentedBits(DType dtype, int head_dim, int block_size) {
 }
 
 TEST(Attention, EveryPathComputesTheDocumentedBits) {
-  for (int head_dim : {64, 20, 128}) {
+  // Head dims: whole 16-dimension pieces (64, 128), an odd number of
+  // 8-dimension chunks (24, 8), and a partial chunk (20). Blocks: 16, 32
+  // (16-position groups at an offset in a block) and 5 (groups cut short).
+  for (int head_dim : {64, 20, 128, 24, 8}) {
     CheckDocumentedBits(DType::kF32, head_dim, 16);
     CheckDocumentedBits(DType::kBF16, head_dim, 16);
   }
   CheckDocumentedBits(DType::kF32, 64, 5);
   CheckDocumentedBits(DType::kBF16, 64, 5);
+  CheckDocumentedBits(DType::kBF16, 64, 32);
+  CheckDocumentedBits(DType::kBF16, 24, 32);
 }
 
 // The exponential's three forms agree bit for bit over the range softmax

@@ -74,30 +74,116 @@ inline void ScoreGroups(const AttentionArgs& a, const float* q, const Group* g,
   }
 }
 
-template <bool kBf16, int kChunks>
+// bf16: 16 consecutive elements at p, one load: the even-indexed ones
+// (low halves shifted up) and the odd-indexed ones (high halves) as f32.
+// Which lane holds an element changes, never its arithmetic.
+inline void Load16Bf16(const char* p, __m256* even, __m256* odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(
+      _mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+// Stores the even- and odd-indexed elements of 16 consecutive ones in order.
+inline void StoreInterleaved(const __m256 even, const __m256 odd, float* p) {
+  const __m256 lo = _mm256_unpacklo_ps(even, odd);  // 0 1 2 3 | 8 9 10 11
+  const __m256 hi = _mm256_unpackhi_ps(even, odd);  // 4 5 6 7 | 12 .. 15
+  _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+// bf16 K, groups of 16 positions (g[i].n == 16): s_j as ScoreGroups, each
+// load of a K row serving 16 positions.
+template <int kG>
+inline void ScoreWideGroupsBf16(const AttentionArgs& a, const float* q,
+                                const Group* g, int vf, float* sc) {
+  const int64_t dim_stride = int64_t{a.kv->layout().block_size} * 2;
+  __m256 even[kG], odd[kG];
+  for (int i = 0; i < kG; ++i) even[i] = odd[i] = _mm256_setzero_ps();
+  for (int d = 0; d < a.head_dim; ++d) {
+    const __m256 qd = _mm256_broadcast_ss(q + d);
+    for (int i = 0; i < kG; ++i) {
+      __m256 ke, ko;
+      Load16Bf16(g[i].k + d * dim_stride, &ke, &ko);
+      even[i] = _mm256_fmadd_ps(qd, ke, even[i]);
+      odd[i] = _mm256_fmadd_ps(qd, ko, odd[i]);
+    }
+  }
+  const __m256 scale = _mm256_set1_ps(a.scale);
+  for (int i = 0; i < kG; ++i) {
+    StoreInterleaved(_mm256_mul_ps(even[i], scale),
+                     _mm256_mul_ps(odd[i], scale), sc + g[i].j0 - vf);
+  }
+}
+
+// The scores of every group: bf16 whole groups of 16 four or one at a time,
+// else (f32, and bf16 groups cut by a block or partition edge) 8 positions
+// per vector.
+// (GCC 12 cannot see that groups[0, ng) were all written by Partition:
+// silenced up to the AVX2 region's end.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+template <bool kBf16>
+inline void ScoreAllGroups(const AttentionArgs& a, const float* q,
+                           const Group* groups, int ng, int vf, float* sc) {
+  if constexpr (!kBf16) {
+    int gi = 0;
+    for (; gi + kGroupsAtOnce <= ng; gi += kGroupsAtOnce) {
+      ScoreGroups<false, kGroupsAtOnce>(a, q, groups + gi, vf, sc);
+    }
+    for (; gi < ng; ++gi) ScoreGroups<false, 1>(a, q, groups + gi, vf, sc);
+  } else {
+    for (int gi = 0; gi < ng;) {
+      const Group& g = groups[gi];
+      if (g.n == 16) {
+        int whole = 1;
+        while (whole < kGroupsAtOnce && gi + whole < ng &&
+               groups[gi + whole].n == 16) {
+          ++whole;
+        }
+        if (whole == kGroupsAtOnce) {
+          ScoreWideGroupsBf16<kGroupsAtOnce>(a, q, groups + gi, vf, sc);
+        } else {
+          for (int i = 0; i < whole; ++i) {
+            ScoreWideGroupsBf16<1>(a, q, groups + gi + i, vf, sc);
+          }
+        }
+        gi += whole;
+        continue;
+      }
+      const Group halves[2] = {{g.k, g.j0, std::min(g.n, 8)},
+                               {g.k + 16, g.j0 + 8, g.n - 8}};
+      ScoreGroups<true, 1>(a, q, &halves[0], vf, sc);
+      if (g.n > 8) ScoreGroups<true, 1>(a, q, &halves[1], vf, sc);
+      ++gi;
+    }
+  }
+}
+
+// kWideV: bf16 V rows read 16 dimensions per load (head_dim a multiple of
+// 8, so that no load passes a row's end).
+template <bool kBf16, int kChunks, bool kWideV>
 void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
                float* out) {
   constexpr int kEs = kBf16 ? 2 : 4;
   const KvCache& kv = *a.kv;
   const int bs = kv.layout().block_size;
   const int D = a.head_dim;
-  // Scores, position groups of one block each.
+  // Scores, position groups within one block each (bf16: up to 16, one
+  // load of a K row for all).
+  constexpr int kGroupMax = kBf16 ? 16 : 8;
   Group groups[kAttentionPartition];
   int ng = 0;
   for (int j = vf; j <= vl;) {
     const int b = j / bs;
     const int off = j - b * bs;
-    const int n = std::min({vl - j + 1, bs - off, 8});
+    const int n = std::min({vl - j + 1, bs - off, kGroupMax});
     groups[ng++] = {kv.KeyTile((*a.table)[b], a.layer, a.kv_head) + off * kEs,
                     j, n};
     j += n;
   }
   alignas(32) float sc[kAttentionPartition];
-  int gi = 0;
-  for (; gi + kGroupsAtOnce <= ng; gi += kGroupsAtOnce) {
-    ScoreGroups<kBf16, kGroupsAtOnce>(a, q.q, groups + gi, vf, sc);
-  }
-  for (; gi < ng; ++gi) ScoreGroups<kBf16, 1>(a, q.q, groups + gi, vf, sc);
+  ScoreAllGroups<kBf16>(a, q.q, groups, ng, vf, sc);
   const int n = vl - vf + 1;
   float max = -INFINITY;
   for (int i = 0; i < n; ++i) max = std::max(max, sc[i]);
@@ -108,7 +194,12 @@ void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
   }
   float lanes[16] = {};
   for (int j = vf; j <= vl; ++j) lanes[j % 16] += sc[j - vf];
-  // acc = FMA chain over j of e_j * v_j, 8 dimensions per vector.
+  // acc = FMA chain over j of e_j * v_j, 8 dimensions per vector; bf16
+  // reads 16 dimensions per load into even[w]/odd[w] (dimensions 16w + 2i
+  // and 16w + 2i + 1 in lane i), the rest into acc[c] for c >= 2 * kWide.
+  constexpr int kWide = kBf16 && kWideV ? kChunks / 2 : 0;
+  __m256 even[kWide > 0 ? kWide : 1], odd[kWide > 0 ? kWide : 1];
+  for (int w = 0; w < kWide; ++w) even[w] = odd[w] = _mm256_setzero_ps();
   alignas(32) int tail_lanes[8];
   const int tail = D - 8 * (kChunks - 1);
   for (int i = 0; i < 8; ++i) tail_lanes[i] = i < tail ? -1 : 0;
@@ -124,7 +215,13 @@ void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
     const char* v = kv.ValueTile((*a.table)[b], a.layer, a.kv_head) + off * row;
     for (; j < end; ++j, v += row) {
       const __m256 e = _mm256_set1_ps(sc[j - vf]);
-      for (int c = 0; c < kChunks; ++c) {
+      for (int w = 0; w < kWide; ++w) {
+        __m256 ve, vo;
+        Load16Bf16(v + 32 * w, &ve, &vo);
+        even[w] = _mm256_fmadd_ps(e, ve, even[w]);
+        odd[w] = _mm256_fmadd_ps(e, vo, odd[w]);
+      }
+      for (int c = 2 * kWide; c < kChunks; ++c) {
         __m256 vv;
         if (c + 1 < kChunks || tail == 8) {
           vv = Load8<kBf16>(v + 8 * c * kEs, 8);
@@ -138,7 +235,10 @@ void Partition(const AttentionArgs& a, const AttentionQuery& q, int vf, int vl,
       }
     }
   }
-  for (int c = 0; c < kChunks; ++c) {
+  for (int w = 0; w < kWide; ++w) {
+    StoreInterleaved(even[w], odd[w], out + 2 + 16 * w);
+  }
+  for (int c = 2 * kWide; c < kChunks; ++c) {
     if (c + 1 < kChunks || tail == 8) {
       _mm256_storeu_ps(out + 2 + 8 * c, acc[c]);
     } else {
@@ -154,12 +254,16 @@ void Dispatch(std::integer_sequence<int, kC...>, const AttentionArgs& a,
               const AttentionQuery& q, int vf, int vl, float* out) {
   const int chunks = (a.head_dim + 7) / 8;
   const bool bf16 = a.kv->layout().dtype == DType::kBF16;
-  ((chunks == kC + 1 ? (bf16 ? Partition<true, kC + 1>(a, q, vf, vl, out)
-                             : Partition<false, kC + 1>(a, q, vf, vl, out))
-                     : void()),
+  const bool whole_chunks = a.head_dim % 8 == 0;
+  ((chunks == kC + 1
+        ? (!bf16          ? Partition<false, kC + 1, false>(a, q, vf, vl, out)
+           : whole_chunks ? Partition<true, kC + 1, true>(a, q, vf, vl, out)
+                          : Partition<true, kC + 1, false>(a, q, vf, vl, out))
+        : void()),
    ...);
 }
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 }  // namespace
