@@ -66,7 +66,7 @@ struct ProcessSpec {
   // Runs the binary through this command (absolute path first), e.g.
   // {"/usr/sbin/ip", "netns", "exec", NAME, "/usr/bin/env", "UCX_TLS=tcp"};
   // it must exec the binary in the same process (signals go to its PID).
-  std::vector<std::string> wrapper;
+  std::vector<std::string> wrapper = {};
 };
 
 // One started role process and its port.

@@ -91,7 +91,9 @@ PrometheusSamples ScrapeIdle(const RoleProcess& p, const std::string& role) {
 double CriticalPath(const v1::StageTimings& t) {
   const metrics::StageTimings stages = StageTimingsFromProto(t);
   for (Stage st : metrics::AllStages()) {
-    if (auto v = stages.Get(st)) EXPECT_GE(*v, 0) << metrics::StageName(st);
+    if (auto v = stages.Get(st)) {
+      EXPECT_GE(*v, 0) << metrics::StageName(st);
+    }
   }
   return stages.CriticalPathSeconds();
 }

@@ -79,10 +79,6 @@ std::pair<int, int64_t> ThreadsAndPeakRss(int pid) {
   return {threads, hwm_kb};
 }
 
-std::vector<int32_t> ParseIdList(const json& j) {
-  return j.get<std::vector<int32_t>>();
-}
-
 TEST(OpenAiSdkTest, OfficialClientSeesWhatGrpcAndCompleteReturn) {
   ASSERT_TRUE(InstallSdk().ok()) << InstallSdk();
   ClusterOptions o;

@@ -11,8 +11,9 @@
 //  - after up stops: no process it started (restarts included) is left, and
 //    no /dev/shm entry appeared.
 // The figures are printed. The suite runs the short form; the long form is
-//   PDSERVE_SOAK_REQUESTS=2000 PDSERVE_SOAK_CONCURRENCY=12 \
-//     build/tests/soak_test    (see docs/service.md "Chaos soak")
+// build/tests/soak_test with PDSERVE_SOAK_REQUESTS=2000 and
+// PDSERVE_SOAK_CONCURRENCY=12 in its environment (docs/service.md "Chaos
+// soak").
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
