@@ -109,7 +109,7 @@ absl::StatusOr<std::string> PercentOne(char type, const PercentSpec& sp,
           digits.size() < static_cast<size_t>(sp.precision)) {
         digits.insert(0, sp.precision - digits.size(), '0');
       }
-      std::string prefix;
+      const char* prefix = "";
       if (sp.alt && t == 'x') prefix = "0x";
       if (sp.alt && t == 'X') prefix = "0X";
       if (sp.alt && t == 'o') prefix = "0o";

@@ -83,7 +83,8 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   void PreTokenize(std::vector<PreToken>* pieces) const override {
     if (add_prefix_space_) {
       for (auto& p : *pieces) {
-        if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, " ");
+        if (p.text.empty() || p.text[0] != ' ')
+          p.text.insert(p.text.begin(), ' ');
       }
     }
     if (regex_ != nullptr) {

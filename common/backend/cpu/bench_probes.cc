@@ -14,6 +14,11 @@
 #include "oneapi/dnnl/dnnl.hpp"
 #endif
 
+// GCC 12 reports its own intrinsics' `__m512 __Y = __Y;` idiom (masked
+// loads, conversions, reductions) as (maybe-)uninitialized once inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace pdserve {
 namespace {
 

@@ -11,6 +11,11 @@
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/simd_exp.h"
 
+// GCC 12 reports its own intrinsics' `__m512 __Y = __Y;` idiom (masked
+// loads, conversions, reductions) as (maybe-)uninitialized once inlined.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace pdserve {
 namespace {
 

@@ -11,6 +11,12 @@
 #include <algorithm>
 #include <cmath>
 
+// GCC 12 reports its own intrinsics' `__m512 __Y = __Y;` idiom as
+// (maybe-)uninitialized once inlined: silenced for this header only.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
 namespace pdserve {
 
 __attribute__((target("avx512f,fma"))) inline __m512 Exp512(__m512 x) {
@@ -87,5 +93,7 @@ __attribute__((target("avx512f,fma"))) inline float TestOnlyExp512(float x) {
 }
 
 }  // namespace pdserve
+
+#pragma GCC diagnostic pop
 
 #endif  // PDSERVE_COMMON_BACKEND_CPU_SIMD_EXP_H_
