@@ -76,7 +76,9 @@ TEST_P(FuzzTest, EncodeDecodeStream) {
     auto text2 = tok.Decode(*ids, /*skip_special_tokens=*/false);
     ASSERT_TRUE(text2.ok());
     EXPECT_TRUE(IsValidUtf8(*text2));
-    if (all_bytes) EXPECT_EQ(*text2, text);
+    if (all_bytes) {
+      EXPECT_EQ(*text2, text);
+    }
   }
   // Random ids (any token, including bytes that never form characters).
   for (int iter = 0; iter < 500; ++iter) {
@@ -100,7 +102,9 @@ TEST_P(FuzzTest, EncodeDecodeStream) {
     streamed += detok.Flush();
     EXPECT_TRUE(IsValidUtf8(streamed));
     // Byte-level decoding is local, so streaming is exact even on garbage.
-    if (byte_level) EXPECT_EQ(streamed, *text);
+    if (byte_level) {
+      EXPECT_EQ(streamed, *text);
+    }
     // Out-of-range ids are rejected, never read.
     ids.push_back(rng() % 2
                       ? -1 - static_cast<int32_t>(rng() % 100)

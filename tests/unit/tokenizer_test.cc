@@ -188,7 +188,7 @@ TEST(Streaming, IncompleteTailIsFlushedAsReplacement) {
 TEST(BadInput, InvalidUtf8IsRejected) {
   for (const auto& name : testing_util::FixtureNames()) {
     const Tokenizer& tok = Get(FixtureDir(name));
-    for (const std::string bad :
+    for (const std::string& bad :
          {std::string("abc\xff"), std::string("\xc3"),
           std::string("a\xed\xa0\x80"), std::string("\xe4\xbd")}) {
       auto ids = tok.Encode(bad, true);
