@@ -138,6 +138,74 @@ inline void Kernel(const QuantPanelArgs& a, int s0) {
   }
 }
 
+// One row, int4, all 64 columns in one pass over the panel: each 32-byte
+// load holds two strips (low nibbles: strip s, high: strip s + 2), so every
+// code byte is loaded once and the panel streams line after line. The
+// integer sums and the float epilogue are those of Kernel<1, NS, 4, kAsym>
+// (same bits); only the loads are shared.
+template <bool kAsym>
+inline void KernelInt4Row(const QuantPanelArgs& a) {
+  constexpr int kBlockCodeBytes = 1024;  // 8 quads of 128 bytes
+  constexpr int kQuadBytes = 128;
+  constexpr int32_t kZero = 8;
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  alignas(32) float acc[8][8] = {};
+  for (int64_t g = 0; g < a.groups; ++g) {
+    const char* gp = a.panel + g * a.group_bytes;
+    const uint16_t* sp = reinterpret_cast<const uint16_t*>(gp + a.code_bytes);
+    const uint8_t* zp =
+        reinterpret_cast<const uint8_t*>(gp + a.code_bytes) + kPanel * 2;
+    for (int64_t b = 0; b < a.blocks_per_group; ++b) {
+      const int64_t blk = g * a.blocks_per_group + b;
+      const char* cp = gp + b * kBlockCodeBytes;
+      for (int line = 0; line < kBlockCodeBytes; line += 64) {
+        _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
+      }
+      // Strip s sums in p16[s]; the load at byte 32 j of a quad holds strips
+      // {0, 1, 4, 5}[j] (low nibbles) and the same + 2 (high nibbles).
+      __m256i p16[8];
+      for (int s = 0; s < 8; ++s) p16[s] = _mm256_setzero_si256();
+      for (int q = 0; q < 8; ++q) {
+        int32_t xw;
+        std::memcpy(&xw, a.xq + blk * kBlock + q * 4, 4);
+        const __m256i x = _mm256_set1_epi32(xw);
+        const char* qp = cp + q * kQuadBytes;
+        for (int j = 0; j < 4; ++j) {
+          const int s = j % 2 + (j / 2) * 4;
+          static_assert(StripOffset<4>(5) == 96 && StripOffset<4>(7) == 96);
+          const __m256i v =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(qp + 32 * j));
+          p16[s] = _mm256_add_epi16(
+              p16[s], _mm256_maddubs_epi16(_mm256_and_si256(v, nib), x));
+          p16[s + 2] = _mm256_add_epi16(
+              p16[s + 2],
+              _mm256_maddubs_epi16(
+                  _mm256_and_si256(_mm256_srli_epi16(v, 4), nib), x));
+        }
+      }
+      const int32_t xsum = a.xsum[blk];
+      const __m256 sx = _mm256_set1_ps(a.xs[blk]);
+      for (int s = 0; s < 8; ++s) {
+        const __m256i isum = _mm256_madd_epi16(p16[s], ones16);
+        const __m256 sw = _mm256_cvtph_ps(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 8 * s)));
+        __m256i corr = _mm256_set1_epi32(kZero * xsum);
+        if constexpr (kAsym) {
+          int64_t z8;
+          std::memcpy(&z8, zp + 8 * s, 8);
+          corr = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)),
+                                    _mm256_set1_epi32(xsum));
+        }
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr));
+        _mm256_store_ps(acc[s], _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
+                                                _mm256_load_ps(acc[s])));
+      }
+    }
+  }
+  std::memcpy(a.y, acc, sizeof(acc));
+}
+
 template <int kBits, bool kAsym>
 void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
   // Whole strips into a scratch row when the panel is partial (stores of
@@ -166,9 +234,13 @@ void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
         Kernel<2, 8, kBits, kAsym>(a, 0);
         break;
       default:
-        // One row: two halves of 32 columns (fewer sums held at once).
-        Kernel<1, 4, kBits, kAsym>(a, 0);
-        if (valid > 32) Kernel<1, 4, kBits, kAsym>(a, 4);
+        if constexpr (kBits == 4) {
+          KernelInt4Row<kAsym>(a);
+        } else {
+          // One row: two halves of 32 columns (fewer sums held at once).
+          Kernel<1, 4, kBits, kAsym>(a, 0);
+          if (valid > 32) Kernel<1, 4, kBits, kAsym>(a, 4);
+        }
         break;
     }
     if (partial) {
