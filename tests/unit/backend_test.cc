@@ -464,6 +464,61 @@ TEST_P(QuantKernelTest, Int4MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int4-g128-asym", 70, 256, 20);
 }
 
+// The integer sums at their extremes: codes 0 and 2^bits - 1 against
+// activation codes +-127 and values whose nibbles are all ones (the AVX2
+// one-row int8 kernel splits activations into nibbles and holds a block's
+// low-nibble sums as unsigned 16-bit, up to 61200), every row count.
+void CheckExtremeQuantSums(const std::string& spec) {
+  auto format = ParseQuantization(spec);
+  ASSERT_TRUE(format.ok() && format->has_value()) << spec;
+  constexpr int64_t N = 70, K = 96, M = 6;
+  const int top = (1 << (*format)->bits) - 1;
+  QuantizedMatrix qm(N, K, **format);
+  const int64_t groups = qm.groups();
+  for (int64_t n = 0; n < N; ++n) {
+    std::vector<uint8_t> codes(K);
+    for (int64_t k = 0; k < K; ++k) {
+      // Rows of all-top, all-zero, and mixed codes.
+      codes[k] = static_cast<uint8_t>(n % 3 == 0   ? top
+                                      : n % 3 == 1 ? 0
+                                                   : ((k / 4 + n) % 2) * top);
+    }
+    std::vector<float> scales(groups, 1.0f / 64);
+    std::vector<uint8_t> zeros(groups, static_cast<uint8_t>(n % 2 ? 0 : top));
+    qm.SetCodes(n, codes.data(), scales.data(), zeros.data());
+  }
+  // Row 0: +127 everywhere (low nibbles 15, high 7); row 1: -127 (high
+  // nibbles -8); row 2: alternating signs; row 3: activations that
+  // quantize to -1 (nibbles 15 and -1) beside one 127; rows 4-5: mixes.
+  std::vector<float> x(M * K);
+  for (int64_t k = 0; k < K; ++k) {
+    x[0 * K + k] = 1.0f;
+    x[1 * K + k] = -1.0f;
+    x[2 * K + k] = k % 2 ? 1.0f : -1.0f;
+    x[3 * K + k] = k % 32 == 0 ? 127.0f : -1.0f;
+    x[4 * K + k] = (k / 2) % 2 ? 1.0f : -1.0f;
+    x[5 * K + k] = k % 32 == 5 ? -127.0f : 15.0f;
+  }
+  ThreadPool pool(2);
+  const std::vector<float> ref = QuantReference(qm, x, M);
+  for (int64_t rows = 1; rows <= M; ++rows) {
+    for (int64_t m0 = 0; m0 + rows <= M; ++m0) {
+      std::vector<float> y(rows * N);
+      QuantMatMul(pool, x.data() + m0 * K, rows, K, qm, nullptr, y.data(), N);
+      ASSERT_EQ(std::memcmp(y.data(), ref.data() + m0 * N, y.size() * 4), 0)
+          << spec << " rows " << m0 << "+" << rows;
+    }
+  }
+}
+
+TEST_P(QuantKernelTest, ExtremeIntegerSumsAreExact) {
+  CheckExtremeQuantSums("int8");
+  CheckExtremeQuantSums("int8-asym");
+  CheckExtremeQuantSums("int8-g64");
+  CheckExtremeQuantSums("int4");
+  CheckExtremeQuantSums("int4-asym");
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernels, QuantKernelTest,
                          ::testing::Values(QuantKernel::kScalar,
                                            QuantKernel::kVnni,

@@ -206,6 +206,89 @@ inline void KernelInt4Row(const QuantPanelArgs& a) {
   std::memcpy(a.y, acc, sizeof(acc));
 }
 
+// One row, int8, strips [s0, s0 + 4): the activations split into nibbles,
+// x = 16 h + l with l = x & 15 in [0, 15] and h = x >> 4 in [-8, 7], so the
+// codes u multiply bytes without widening (vpmaddubsw). Over a block's 8
+// quads the u * l pairs (0..7650 each) sum to at most 61200, which 16-bit
+// lanes hold as unsigned; the u * h pairs (|.| <= 4080) to at most 32640,
+// which they hold signed. The block's integer sum per lane is Kernel's
+// (exact), so the float epilogue and the bits are too.
+template <bool kAsym>
+inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
+  constexpr int kBlockCodeBytes = 2048;  // 8 quads of 256 bytes
+  constexpr int kQuadBytes = 256;
+  constexpr int32_t kZero = 128;
+  const __m256i nib = _mm256_set1_epi8(0x0f);
+  const __m256i eight = _mm256_set1_epi8(8);
+  alignas(32) float acc[4][8] = {};
+  for (int64_t g = 0; g < a.groups; ++g) {
+    const char* gp = a.panel + g * a.group_bytes;
+    const uint16_t* sp = reinterpret_cast<const uint16_t*>(gp + a.code_bytes);
+    const uint8_t* zp =
+        reinterpret_cast<const uint8_t*>(gp + a.code_bytes) + kPanel * 2;
+    for (int64_t b = 0; b < a.blocks_per_group; ++b) {
+      const int64_t blk = g * a.blocks_per_group + b;
+      const char* cp = gp + b * kBlockCodeBytes;
+      for (int line = 0; line < kBlockCodeBytes; line += 64) {
+        _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
+      }
+      // The block's 32 activation codes as low nibbles (unsigned) and high
+      // nibbles (signed: (n ^ 8) - 8).
+      alignas(32) int32_t lo_x[8], hi_x[8];
+      const __m256i x = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(a.xq + blk * kBlock));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lo_x),
+                         _mm256_and_si256(x, nib));
+      _mm256_store_si256(
+          reinterpret_cast<__m256i*>(hi_x),
+          _mm256_sub_epi8(
+              _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), nib),
+                               eight),
+              eight));
+      __m256i lo[4], hi[4];
+      for (int s = 0; s < 4; ++s) {
+        lo[s] = _mm256_setzero_si256();
+        hi[s] = _mm256_setzero_si256();
+      }
+      for (int q = 0; q < 8; ++q) {
+        const __m256i xl = _mm256_set1_epi32(lo_x[q]);
+        const __m256i xh = _mm256_set1_epi32(hi_x[q]);
+        for (int s = 0; s < 4; ++s) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(
+              cp + q * kQuadBytes + StripOffset<8>(s0 + s)));
+          lo[s] = _mm256_add_epi16(lo[s], _mm256_maddubs_epi16(v, xl));
+          hi[s] = _mm256_add_epi16(hi[s], _mm256_maddubs_epi16(v, xh));
+        }
+      }
+      const int32_t xsum = a.xsum[blk];
+      const __m256 sx = _mm256_set1_ps(a.xs[blk]);
+      for (int s = 0; s < 4; ++s) {
+        // Lane c: its two unsigned 16-bit low sums plus 16 x its two signed
+        // high sums.
+        const __m256i isum = _mm256_add_epi32(
+            _mm256_add_epi32(_mm256_and_si256(lo[s], _mm256_set1_epi32(0xffff)),
+                             _mm256_srli_epi32(lo[s], 16)),
+            _mm256_madd_epi16(hi[s], _mm256_set1_epi16(16)));
+        const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(
+            reinterpret_cast<const __m128i*>(sp + 8 * (s0 + s))));
+        __m256i corr = _mm256_set1_epi32(kZero * xsum);
+        if constexpr (kAsym) {
+          int64_t z8;
+          std::memcpy(&z8, zp + 8 * (s0 + s), 8);
+          corr = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)),
+                                    _mm256_set1_epi32(xsum));
+        }
+        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr));
+        _mm256_store_ps(acc[s], _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
+                                                _mm256_load_ps(acc[s])));
+      }
+    }
+  }
+  for (int s = 0; s < 4; ++s) {
+    std::memcpy(a.y + 8 * (s0 + s), acc[s], 32);
+  }
+}
+
 template <int kBits, bool kAsym>
 void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
   // Whole strips into a scratch row when the panel is partial (stores of
@@ -238,8 +321,8 @@ void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
           KernelInt4Row<kAsym>(a);
         } else {
           // One row: two halves of 32 columns (fewer sums held at once).
-          Kernel<1, 4, kBits, kAsym>(a, 0);
-          if (valid > 32) Kernel<1, 4, kBits, kAsym>(a, 4);
+          KernelInt8Row<kAsym>(a, 0);
+          if (valid > 32) KernelInt8Row<kAsym>(a, 4);
         }
         break;
     }
