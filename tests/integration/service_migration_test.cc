@@ -147,12 +147,12 @@ TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
   o.prefill = 1;
   o.decode = 2;
   o.modes = {GetParam()};
-  // Slow streams, so that every request is mid-stream at the kill.
-  o.decode_flags = {"--testonly_stream_delay_ms=40"};
+  // Slow streams, so that every request is mid-stream at the kill (~60
+  // tokens at 80 ms each).
+  o.decode_flags = {"--testonly_stream_delay_ms=80"};
   // By load only: with prefix routing (colocated: the decode workers
   // prefill) a reference case's nine requests, which share their prompt,
-  // prefer one worker, and a kind could end up all on the survivor (CI
-  // saw 0 of 9 penalized streams migrate).
+  // prefer one worker.
   o.router_flags = {"--metrics_port=-1", "--prefix_routing_blocks=0"};
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -162,24 +162,69 @@ TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
   std::vector<Outcome> out(n);
   std::vector<std::atomic<int>> seen(n);
   std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back(
-        [&, i] { out[i] = StreamOnce(c.router(), requests[i], &seen[i]); });
-  }
   auto join = [&threads] {
     for (auto& t : threads) t.join();
     threads.clear();
   };
-  // Every stream has some tokens (none finished: ~60 tokens at 40 ms each).
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  for (int i = 0; i < n; ++i) {
-    while (seen[i].load() < 3 && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
+  // What a decode worker has taken in so far: KV pushes received
+  // (disaggregated) and prompt tokens prefilled or found cached (colocated).
+  // It grows with every request the worker takes (the engine finishes these
+  // short streams long before their slowed output does, so the running
+  // count cannot tell).
+  auto intake = [&](int w) -> int64_t {
+    auto st = c.Status(c.decode(w));
+    EXPECT_TRUE(st.ok()) << st.status();
+    if (!st.ok()) return -1;
+    return st->kv_pushes_received() + st->prefill_tokens_computed() +
+           st->prefix_hit_tokens();
+  };
+  // The kinds start one after another, each once the previous one streams
+  // and the router has polled both workers' load, so that the test knows
+  // which kinds each decode worker holds. The router spreads by load and a
+  // kind can land all on one worker (a fresh-machine run saw 0 of 9
+  // penalized streams migrate when all 27 started at once), so the test
+  // kills a worker that holds every kind.
+  int64_t on_worker[2][3] = {};
+  int64_t before[2] = {intake(0), intake(1)};
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  for (Kind kind : {kSeeded, kPenalized, kGreedy}) {
+    for (int i = 0; i < n; ++i) {
+      if (kinds[i] != kind) continue;
+      threads.emplace_back(
+          [&, i] { out[i] = StreamOnce(c.router(), requests[i], &seen[i]); });
+    }
+    for (int i = 0; i < n; ++i) {
+      while (kinds[i] == kind && seen[i].load() < 3 && absl::Now() < deadline) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+    }
+    for (int w = 0; w < 2; ++w) {
+      const int64_t now = intake(w);
+      on_worker[w][kind] = now - before[w];
+      before[w] = now;
+    }
+    absl::SleepFor(absl::Milliseconds(500));  // > the router's poll (200 ms)
+  }
+  int victim = -1;
+  for (int w = 1; w >= 0; --w) {
+    if (on_worker[w][kGreedy] > 0 && on_worker[w][kSeeded] > 0 &&
+        on_worker[w][kPenalized] > 0) {
+      victim = w;
     }
   }
-  auto st = c.Status(c.decode(0));
-  ASSERT_TRUE(st.ok()) << st.status();
-  c.decode(0).proc.Signal(SIGKILL);
+  for (int w = 0; w < 2; ++w) {
+    std::printf(
+        "decode worker %d took in %lld / %lld / %lld for the greedy / seeded "
+        "/ penalized streams\n",
+        w, static_cast<long long>(on_worker[w][kGreedy]),
+        static_cast<long long>(on_worker[w][kSeeded]),
+        static_cast<long long>(on_worker[w][kPenalized]));
+  }
+  if (victim < 0) {
+    join();
+    FAIL() << "no decode worker holds streams of every kind";
+  }
+  c.decode(victim).proc.Signal(SIGKILL);
   join();
   // The same requests again, uninterrupted (the surviving worker): the text
   // shows the router's detokenizer and stop matcher continued seamlessly.
@@ -217,12 +262,12 @@ TEST_P(MigrationTest, KilledDecodeWorkerStreamsContinueExactly) {
   EXPECT_GT(migrated, 0) << "no stream was on the killed decode worker";
   EXPECT_LT(migrated, n) << "no stream was on the surviving decode worker";
   EXPECT_EQ(migrations, migrated) << "one kill: one migration per stream";
+  // The killed worker held streams of every kind, all mid-stream.
   EXPECT_GT(migrated_by_kind[kSeeded], 0) << "no seeded stream migrated";
   EXPECT_GT(migrated_by_kind[kGreedy], 0) << "no greedy stream migrated";
   EXPECT_GT(migrated_by_kind[kPenalized], 0)
       << "no stream with presence/frequency penalties migrated";
   EXPECT_EQ(RouterMigrations(c.router_process()), migrations);
-  (void)st;
   absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
   EXPECT_TRUE(s.ok()) << s;
 }
