@@ -24,6 +24,33 @@ constexpr int StripOffset(int s) {
                     : (8 * s / 32) * 64 + (8 * s % 16) * 4;
 }
 
+// Strip s's (columns 8s..8s+7) f16 scales and, asymmetric, zero points.
+inline __m256 StripScales(const uint16_t* sp, int s) {
+  return _mm256_cvtph_ps(
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 8 * s)));
+}
+template <bool kAsym>
+inline __m256i StripZeros(const uint8_t* zp, int s) {
+  if constexpr (!kAsym) return _mm256_setzero_si256();
+  int64_t z8;
+  std::memcpy(&z8, zp + 8 * s, 8);
+  return _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8));
+}
+
+// The documented epilogue of one row's block on one strip:
+// acc = fma(float(isum - zero * xsum), scale * xs, acc).
+template <int kBits, bool kAsym>
+inline void AccumulateStrip(__m256i isum, __m256 sw, __m256i zero8,
+                            int32_t xsum, __m256 sx, float* acc) {
+  constexpr int32_t kZero = 1 << (kBits - 1);
+  const __m256i corr = kAsym
+                           ? _mm256_mullo_epi32(zero8, _mm256_set1_epi32(xsum))
+                           : _mm256_set1_epi32(kZero * xsum);
+  const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr));
+  _mm256_store_ps(
+      acc, _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx), _mm256_load_ps(acc)));
+}
+
 // R rows x strips [s0, s0 + NS) over every group and block. Per lane (a
 // column) and block the integer sum of u * q over 32 k: int8 widens the
 // codes and activations to 16 bits (vpmaddwd: exact, two k per int32,
@@ -33,7 +60,6 @@ template <int R, int NS, int kBits, bool kAsym>
 inline void Kernel(const QuantPanelArgs& a, int s0) {
   constexpr int kBlockCodeBytes = kBits == 8 ? 2048 : 1024;  // 8 quads
   constexpr int kQuadBytes = kBits == 8 ? 256 : 128;
-  constexpr int32_t kZero = 1 << (kBits - 1);
   const __m256i nib = _mm256_set1_epi8(0x0f);
   const __m256i ones16 = _mm256_set1_epi16(1);
   alignas(32) float acc[R][NS][8] = {};
@@ -109,24 +135,12 @@ inline void Kernel(const QuantPanelArgs& a, int s0) {
             isum[r] = _mm256_madd_epi16(p16[r], ones16);
           }
         }
-        const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(sp + 8 * (s0 + s))));
-        __m256i zero8 = _mm256_setzero_si256();
-        if constexpr (kAsym) {
-          int64_t z8;
-          std::memcpy(&z8, zp + 8 * (s0 + s), 8);
-          zero8 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8));
-        }
+        const __m256 sw = StripScales(sp, s0 + s);
+        const __m256i zero8 = StripZeros<kAsym>(zp, s0 + s);
         for (int r = 0; r < R; ++r) {
-          const int32_t xsum = a.xsum[r * a.ldb + blk];
-          const __m256i corr =
-              kAsym ? _mm256_mullo_epi32(zero8, _mm256_set1_epi32(xsum))
-                    : _mm256_set1_epi32(kZero * xsum);
-          const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], corr));
-          const __m256 sx = _mm256_set1_ps(a.xs[r * a.ldb + blk]);
-          _mm256_store_ps(acc[r][s],
-                          _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
-                                          _mm256_load_ps(acc[r][s])));
+          AccumulateStrip<kBits, kAsym>(
+              isum[r], sw, zero8, a.xsum[r * a.ldb + blk],
+              _mm256_set1_ps(a.xs[r * a.ldb + blk]), acc[r][s]);
         }
       }
     }
@@ -147,7 +161,6 @@ template <bool kAsym>
 inline void KernelInt4Row(const QuantPanelArgs& a) {
   constexpr int kBlockCodeBytes = 1024;  // 8 quads of 128 bytes
   constexpr int kQuadBytes = 128;
-  constexpr int32_t kZero = 8;
   const __m256i nib = _mm256_set1_epi8(0x0f);
   const __m256i ones16 = _mm256_set1_epi16(1);
   alignas(32) float acc[8][8] = {};
@@ -187,19 +200,9 @@ inline void KernelInt4Row(const QuantPanelArgs& a) {
       const int32_t xsum = a.xsum[blk];
       const __m256 sx = _mm256_set1_ps(a.xs[blk]);
       for (int s = 0; s < 8; ++s) {
-        const __m256i isum = _mm256_madd_epi16(p16[s], ones16);
-        const __m256 sw = _mm256_cvtph_ps(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 8 * s)));
-        __m256i corr = _mm256_set1_epi32(kZero * xsum);
-        if constexpr (kAsym) {
-          int64_t z8;
-          std::memcpy(&z8, zp + 8 * s, 8);
-          corr = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)),
-                                    _mm256_set1_epi32(xsum));
-        }
-        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr));
-        _mm256_store_ps(acc[s], _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
-                                                _mm256_load_ps(acc[s])));
+        AccumulateStrip<4, kAsym>(_mm256_madd_epi16(p16[s], ones16),
+                                  StripScales(sp, s), StripZeros<kAsym>(zp, s),
+                                  xsum, sx, acc[s]);
       }
     }
   }
@@ -217,7 +220,6 @@ template <bool kAsym>
 inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
   constexpr int kBlockCodeBytes = 2048;  // 8 quads of 256 bytes
   constexpr int kQuadBytes = 256;
-  constexpr int32_t kZero = 128;
   const __m256i nib = _mm256_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
   alignas(32) float acc[4][8] = {};
@@ -269,18 +271,9 @@ inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
             _mm256_add_epi32(_mm256_and_si256(lo[s], _mm256_set1_epi32(0xffff)),
                              _mm256_srli_epi32(lo[s], 16)),
             _mm256_madd_epi16(hi[s], _mm256_set1_epi16(16)));
-        const __m256 sw = _mm256_cvtph_ps(_mm_loadu_si128(
-            reinterpret_cast<const __m128i*>(sp + 8 * (s0 + s))));
-        __m256i corr = _mm256_set1_epi32(kZero * xsum);
-        if constexpr (kAsym) {
-          int64_t z8;
-          std::memcpy(&z8, zp + 8 * (s0 + s), 8);
-          corr = _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(z8)),
-                                    _mm256_set1_epi32(xsum));
-        }
-        const __m256 v = _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, corr));
-        _mm256_store_ps(acc[s], _mm256_fmadd_ps(v, _mm256_mul_ps(sw, sx),
-                                                _mm256_load_ps(acc[s])));
+        AccumulateStrip<8, kAsym>(isum, StripScales(sp, s0 + s),
+                                  StripZeros<kAsym>(zp, s0 + s), xsum, sx,
+                                  acc[s]);
       }
     }
   }
