@@ -24,6 +24,15 @@ constexpr int StripOffset(int s) {
                     : (8 * s / 32) * 64 + (8 * s % 16) * 4;
 }
 
+// The one-row kernels stream the panel once: software prefetch of the
+// block kPrefetchBytes ahead.
+template <int kBlockCodeBytes>
+inline void PrefetchAhead(const char* codes) {
+  for (int line = 0; line < kBlockCodeBytes; line += 64) {
+    _mm_prefetch(codes + kPrefetchBytes + line, _MM_HINT_T0);
+  }
+}
+
 // Strip s's (columns 8s..8s+7) f16 scales and, asymmetric, zero points.
 inline __m256 StripScales(const uint16_t* sp, int s) {
   return _mm256_cvtph_ps(
@@ -71,11 +80,6 @@ inline void Kernel(const QuantPanelArgs& a, int s0) {
     for (int64_t b = 0; b < a.blocks_per_group; ++b) {
       const int64_t blk = g * a.blocks_per_group + b;
       const char* cp = gp + b * kBlockCodeBytes;
-      if constexpr (R == 1) {
-        for (int line = 0; line < kBlockCodeBytes; line += 64) {
-          _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
-        }
-      }
       // The rows' activation codes of each quad, broadcast: int8 as 16-bit
       // (q0..q3 x4), int4 as bytes.
       __m256i xv[R][8];
@@ -155,8 +159,8 @@ inline void Kernel(const QuantPanelArgs& a, int s0) {
 // One row, int4, all 64 columns in one pass over the panel: each 32-byte
 // load holds two strips (low nibbles: strip s, high: strip s + 2), so every
 // code byte is loaded once and the panel streams line after line. The
-// integer sums and the float epilogue are those of Kernel<1, NS, 4, kAsym>
-// (same bits); only the loads are shared.
+// integer sums and the float epilogue are those of Kernel's int4 path
+// (same bits); only the loads are shared. Kernel itself runs 2-4 rows.
 template <bool kAsym>
 inline void KernelInt4Row(const QuantPanelArgs& a) {
   constexpr int kBlockCodeBytes = 1024;  // 8 quads of 128 bytes
@@ -172,9 +176,7 @@ inline void KernelInt4Row(const QuantPanelArgs& a) {
     for (int64_t b = 0; b < a.blocks_per_group; ++b) {
       const int64_t blk = g * a.blocks_per_group + b;
       const char* cp = gp + b * kBlockCodeBytes;
-      for (int line = 0; line < kBlockCodeBytes; line += 64) {
-        _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
-      }
+      PrefetchAhead<kBlockCodeBytes>(cp);
       // Strip s sums in p16[s]; the load at byte 32 j of a quad holds strips
       // {0, 1, 4, 5}[j] (low nibbles) and the same + 2 (high nibbles).
       __m256i p16[8];
@@ -231,9 +233,7 @@ inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
     for (int64_t b = 0; b < a.blocks_per_group; ++b) {
       const int64_t blk = g * a.blocks_per_group + b;
       const char* cp = gp + b * kBlockCodeBytes;
-      for (int line = 0; line < kBlockCodeBytes; line += 64) {
-        _mm_prefetch(cp + kPrefetchBytes + line, _MM_HINT_T0);
-      }
+      PrefetchAhead<kBlockCodeBytes>(cp);
       // The block's 32 activation codes as low nibbles (unsigned) and high
       // nibbles (signed: (n ^ 8) - 8).
       alignas(32) int32_t lo_x[8], hi_x[8];
