@@ -211,7 +211,10 @@ inline void KernelInt4Row(const QuantPanelArgs& a) {
   std::memcpy(a.y, acc, sizeof(acc));
 }
 
-// One row, int8, strips [s0, s0 + 4): the activations split into nibbles,
+// One row, int8, the first 32 x `halves` columns in one pass over the
+// panel: each block's two halves of 4 strips (bytes 0-127 and 128-255 of
+// every quad) run one after the other while the block is in L1, so the
+// panel streams line after line. The activations split into nibbles,
 // x = 16 h + l with l = x & 15 in [0, 15] and h = x >> 4 in [-8, 7], so the
 // codes u multiply bytes without widening (vpmaddubsw). Over a block's 8
 // quads the u * l pairs (0..7650 each) sum to at most 61200, which 16-bit
@@ -219,12 +222,12 @@ inline void KernelInt4Row(const QuantPanelArgs& a) {
 // which they hold signed. The block's integer sum per lane is Kernel's
 // (exact), so the float epilogue and the bits are too.
 template <bool kAsym>
-inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
+inline void KernelInt8Row(const QuantPanelArgs& a, int halves) {
   constexpr int kBlockCodeBytes = 2048;  // 8 quads of 256 bytes
   constexpr int kQuadBytes = 256;
   const __m256i nib = _mm256_set1_epi8(0x0f);
   const __m256i eight = _mm256_set1_epi8(8);
-  alignas(32) float acc[4][8] = {};
+  alignas(32) float acc[8][8] = {};
   for (int64_t g = 0; g < a.groups; ++g) {
     const char* gp = a.panel + g * a.group_bytes;
     const uint16_t* sp = reinterpret_cast<const uint16_t*>(gp + a.code_bytes);
@@ -247,39 +250,41 @@ inline void KernelInt8Row(const QuantPanelArgs& a, int s0) {
               _mm256_xor_si256(_mm256_and_si256(_mm256_srli_epi16(x, 4), nib),
                                eight),
               eight));
-      __m256i lo[4], hi[4];
-      for (int s = 0; s < 4; ++s) {
-        lo[s] = _mm256_setzero_si256();
-        hi[s] = _mm256_setzero_si256();
-      }
-      for (int q = 0; q < 8; ++q) {
-        const __m256i xl = _mm256_set1_epi32(lo_x[q]);
-        const __m256i xh = _mm256_set1_epi32(hi_x[q]);
-        for (int s = 0; s < 4; ++s) {
-          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(
-              cp + q * kQuadBytes + StripOffset<8>(s0 + s)));
-          lo[s] = _mm256_add_epi16(lo[s], _mm256_maddubs_epi16(v, xl));
-          hi[s] = _mm256_add_epi16(hi[s], _mm256_maddubs_epi16(v, xh));
-        }
-      }
       const int32_t xsum = a.xsum[blk];
       const __m256 sx = _mm256_set1_ps(a.xs[blk]);
-      for (int s = 0; s < 4; ++s) {
-        // Lane c: its two unsigned 16-bit low sums plus 16 x its two signed
-        // high sums.
-        const __m256i isum = _mm256_add_epi32(
-            _mm256_add_epi32(_mm256_and_si256(lo[s], _mm256_set1_epi32(0xffff)),
-                             _mm256_srli_epi32(lo[s], 16)),
-            _mm256_madd_epi16(hi[s], _mm256_set1_epi16(16)));
-        AccumulateStrip<8, kAsym>(isum, StripScales(sp, s0 + s),
-                                  StripZeros<kAsym>(zp, s0 + s), xsum, sx,
-                                  acc[s]);
+      for (int s0 = 0; s0 < 4 * halves; s0 += 4) {
+        __m256i lo[4], hi[4];
+        for (int s = 0; s < 4; ++s) {
+          lo[s] = _mm256_setzero_si256();
+          hi[s] = _mm256_setzero_si256();
+        }
+        for (int q = 0; q < 8; ++q) {
+          const __m256i xl = _mm256_set1_epi32(lo_x[q]);
+          const __m256i xh = _mm256_set1_epi32(hi_x[q]);
+          for (int s = 0; s < 4; ++s) {
+            const __m256i v =
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(
+                    cp + q * kQuadBytes + StripOffset<8>(s0 + s)));
+            lo[s] = _mm256_add_epi16(lo[s], _mm256_maddubs_epi16(v, xl));
+            hi[s] = _mm256_add_epi16(hi[s], _mm256_maddubs_epi16(v, xh));
+          }
+        }
+        for (int s = 0; s < 4; ++s) {
+          // Lane c: its two unsigned 16-bit low sums plus 16 x its two
+          // signed high sums.
+          const __m256i isum = _mm256_add_epi32(
+              _mm256_add_epi32(
+                  _mm256_and_si256(lo[s], _mm256_set1_epi32(0xffff)),
+                  _mm256_srli_epi32(lo[s], 16)),
+              _mm256_madd_epi16(hi[s], _mm256_set1_epi16(16)));
+          AccumulateStrip<8, kAsym>(isum, StripScales(sp, s0 + s),
+                                    StripZeros<kAsym>(zp, s0 + s), xsum, sx,
+                                    acc[s0 + s]);
+        }
       }
     }
   }
-  for (int s = 0; s < 4; ++s) {
-    std::memcpy(a.y + 8 * (s0 + s), acc[s], 32);
-  }
+  std::memcpy(a.y, acc, sizeof(float) * 32 * halves);
 }
 
 template <int kBits, bool kAsym>
@@ -313,9 +318,7 @@ void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
         if constexpr (kBits == 4) {
           KernelInt4Row<kAsym>(a);
         } else {
-          // One row: two halves of 32 columns (fewer sums held at once).
-          KernelInt8Row<kAsym>(a, 0);
-          if (valid > 32) KernelInt8Row<kAsym>(a, 4);
+          KernelInt8Row<kAsym>(a, valid > 32 ? 2 : 1);
         }
         break;
     }
