@@ -287,6 +287,45 @@ inline void KernelInt8Row(const QuantPanelArgs& a, int halves) {
   std::memcpy(a.y, acc, sizeof(float) * 32 * halves);
 }
 
+// QuantizeRowScalar's arithmetic (quantized_matrix.cc) eight floats at a
+// time: the same amax, x * inv and round-half-even (MXCSR default, as
+// std::nearbyint), so the same codes, scales and sums.
+void QuantizeBlockAvx2(const float* x, int8_t* q, float* scale, int32_t* sum) {
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    amax = _mm256_max_ps(_mm256_and_ps(v[i], abs_mask), amax);
+  }
+  __m128 m4 =
+      _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1));
+  const float a = _mm_cvtss_f32(m4);
+  const __m256 inv = _mm256_set1_ps(a > 0.0f ? 127.0f / a : 0.0f);
+  *scale = a / 127.0f;
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i c[4];
+  for (int i = 0; i < 4; ++i) {
+    c[i] = _mm256_cvtps_epi32(
+        _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[i], inv), lo), hi));
+  }
+  // Bytes in lane order [c0 0-3, c1 0-3, c2 0-3, c3 0-3 | the 4-7s].
+  const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]),
+                                           _mm256_packs_epi32(c[2], c[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(
+                          bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(c[0], c[1]),
+                                      _mm256_add_epi32(c[2], c[3]));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8),
+                             _mm256_extracti128_si256(s8, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+  *sum = _mm_cvtsi128_si32(s4);
+}
+
 template <int kBits, bool kAsym>
 void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
   // Whole strips into a scratch row when the panel is partial (stores of
@@ -335,6 +374,22 @@ void Panel(const QuantPanelArgs& args, int64_t M, int valid) {
 #pragma GCC pop_options
 
 }  // namespace
+
+void QuantizeRowAvx2(const float* x, int64_t k, int64_t blocks, int8_t* q,
+                     float* scale, int32_t* sum) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t i0 = b * kBlock;
+    if (i0 + kBlock <= k) {
+      QuantizeBlockAvx2(x + i0, q + i0, scale + b, sum + b);
+    } else {
+      // The last block past k: zeros there leave amax, codes and sum as
+      // they are.
+      alignas(32) float padded[kBlock] = {};
+      if (k > i0) std::memcpy(padded, x + i0, (k - i0) * sizeof(float));
+      QuantizeBlockAvx2(padded, q + i0, scale + b, sum + b);
+    }
+  }
+}
 
 void QuantPanelAvx2(const QuantPanelArgs& a, int64_t M, int valid, int bits,
                     bool asym) {

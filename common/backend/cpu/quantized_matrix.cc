@@ -458,7 +458,8 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
                  int64_t ldy) {
   if (M <= 0) return;
   const QuantKernel kernel = ChooseKernel(M);
-  // Quantize with AVX-512 where the kernel is an AVX-512 one.
+  // Quantize with AVX-512 where the kernel is an AVX-512 one, with AVX2
+  // where it is the AVX2 one (the same codes every way).
   const bool vnni = kernel == QuantKernel::kVnni || kernel == QuantKernel::kAmx;
   const int64_t G = w.format().group_size;
   // The caller's buffers (a lambda naming a thread_local would reach each
@@ -481,7 +482,9 @@ void QuantMatMul(ThreadPool& pool, const float* x, int64_t M, int64_t ldx,
             rows.q.begin() + padded_rows * rows.ldq, int8_t{0});
   auto quantize = [&](int64_t b, int64_t e, int) {
     for (int64_t m = b; m < e; ++m) {
-      (vnni ? QuantizeRowAvx512 : QuantizeRowScalar)(
+      (vnni                           ? QuantizeRowAvx512
+       : kernel == QuantKernel::kAvx2 ? cpu_internal::QuantizeRowAvx2
+                                      : QuantizeRowScalar)(
           x + m * ldx, w.k(), rows.ldb, rows.q.data() + m * rows.ldq,
           rows.scale.data() + m * rows.ldb, rows.sum.data() + m * rows.ldb);
     }
