@@ -6,7 +6,10 @@
 // kernel streams its bytes at the memory's rate.
 //
 //   build/tools/matmul_bench [--rows=1,16,64] [--formats=f32,bf16,int8,int4]
+//                            [--layers=12]
 //
+// --layers=1 (7-27 MB by format) keeps the matrices in a large L3: the
+// kernel's compute rate rather than the memory's.
 // PDSERVE_QUANT_KERNEL=amx|vnni|avx2|scalar picks the int8/int4 kernel.
 #include <time.h>
 
@@ -40,8 +43,8 @@ std::vector<std::string> SplitCommas(const std::string& list) {
 }
 
 int Run(const std::vector<int>& row_counts,
-        const std::vector<std::string>& formats) {
-  const int64_t H = 768, I = 2048, L = 12;
+        const std::vector<std::string>& formats, int64_t L) {
+  const int64_t H = 768, I = 2048;
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
   ThreadPool pool(1);
@@ -104,6 +107,7 @@ int Run(const std::vector<int>& row_counts,
 int main(int argc, char** argv) {
   std::vector<int> rows = {1, 16};
   std::vector<std::string> formats = {"f32", "bf16", "int8", "int4"};
+  int layers = 12;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rows=", 7) == 0) {
       rows.clear();
@@ -112,10 +116,16 @@ int main(int argc, char** argv) {
       }
     } else if (std::strncmp(argv[i], "--formats=", 10) == 0) {
       formats = pdserve::SplitCommas(argv[i] + 10);
+    } else if (std::strncmp(argv[i], "--layers=", 9) == 0) {
+      layers = std::atoi(argv[i] + 9);
+      if (layers < 1 || layers > 64) {
+        std::fprintf(stderr, "--layers: a count in 1..64\n");
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: matmul_bench [--rows=1,16] "
-                   "[--formats=f32,bf16,int8,int4]\n");
+                   "[--formats=f32,bf16,int8,int4] [--layers=12]\n");
       return 2;
     }
   }
@@ -132,5 +142,5 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  return pdserve::Run(rows, formats);
+  return pdserve::Run(rows, formats, layers);
 }
