@@ -10,9 +10,11 @@ namespace pdserve {
 
 std::string QuantFormat::ToString() const {
   std::string s = absl::StrCat("int", bits);
-  if (group_size == 0) {
+  if (group_size == DefaultGroupSize(bits)) {
+    // the flag's default: no suffix
+  } else if (group_size == 0) {
     absl::StrAppend(&s, "-pc");
-  } else if (group_size != 32) {
+  } else {
     absl::StrAppend(&s, "-g", group_size);
   }
   if (!symmetric) absl::StrAppend(&s, "-asym");
@@ -37,6 +39,7 @@ absl::StatusOr<std::optional<QuantFormat>> ParseQuantization(
   } else {
     return bad("bits must be int8 or int4");
   }
+  f.group_size = QuantFormat::DefaultGroupSize(f.bits);
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
     if (p == "asym") {

@@ -453,7 +453,7 @@ class QuantKernelTest : public ::testing::TestWithParam<QuantKernel> {
 TEST_P(QuantKernelTest, Int8MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int8", 100, 75);
   CheckQuantMatMul("int8", 64, 256, 40);
-  CheckQuantMatMul("int8-pc", 70, 200, 33);
+  CheckQuantMatMul("int8-g32", 70, 200, 33);
   CheckQuantMatMul("int8-g64-asym", 65, 130, 20);
 }
 
@@ -514,6 +514,7 @@ void CheckExtremeQuantSums(const std::string& spec) {
 TEST_P(QuantKernelTest, ExtremeIntegerSumsAreExact) {
   CheckExtremeQuantSums("int8");
   CheckExtremeQuantSums("int8-asym");
+  CheckExtremeQuantSums("int8-g32");
   CheckExtremeQuantSums("int8-g64");
   CheckExtremeQuantSums("int4");
   CheckExtremeQuantSums("int4-asym");

@@ -109,5 +109,6 @@ for k in keys:
     ratios = [y / x for x, y in zip(a, b) if x]
     med = statistics.median(ratios) if ratios else float("nan")
     print(f"{k:<{w}}  {statistics.median(a):12.4g}  {statistics.median(b):12.4g}"
-          f"  {med:26.3f}  {min(ratios):6.3f}..{max(ratios):<6.3f}")
+          f"  {med:26.3f}  " + (f"{min(ratios):6.3f}..{max(ratios):<6.3f}"
+                                   if ratios else "(OLD is 0)"))
 PY

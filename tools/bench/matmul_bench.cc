@@ -23,6 +23,7 @@
 
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/quantized_matrix.h"
+#include "common/model/quantization.h"
 
 namespace pdserve {
 namespace {
@@ -69,8 +70,7 @@ int Run(const std::vector<int>& row_counts,
             }
             bytes += dense.back().bytes();
           } else {
-            quant.emplace_back(s.n, s.k,
-                               QuantFormat{mode == "int8" ? 8 : 4, 32, true});
+            quant.emplace_back(s.n, s.k, ParseQuantization(mode)->value());
             for (int64_t n = 0; n < s.n; ++n) {
               for (auto& v : w) v = u(rng);
               quant.back().QuantizeRow(n, w.data());
@@ -125,7 +125,9 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: matmul_bench [--rows=1,16] "
-                   "[--formats=f32,bf16,int8,int4] [--layers=12]\n");
+                   "[--formats=f32,bf16,int8,int4] [--layers=12]\n"
+                   "  (a format is f32, bf16 or a --quantization spelling: "
+                   "int8, int8-g32, int4-g128, ...)\n");
       return 2;
     }
   }
@@ -136,8 +138,12 @@ int main(int argc, char** argv) {
     }
   }
   for (const std::string& f : formats) {
-    if (f != "f32" && f != "bf16" && f != "int8" && f != "int4") {
-      std::fprintf(stderr, "--formats: f32, bf16, int8 or int4, not %s\n",
+    if (f == "f32" || f == "bf16") continue;
+    auto q = pdserve::ParseQuantization(f);
+    if (!q.ok() || !q->has_value()) {
+      std::fprintf(stderr,
+                   "--formats: f32, bf16 or a quantization (int8, int8-g32, "
+                   "int4, int4-g128, ...), not %s\n",
                    f.c_str());
       return 2;
     }

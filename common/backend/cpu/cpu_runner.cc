@@ -334,8 +334,9 @@ absl::Status CpuRunner::Load(ModelSource& source) {
   ASSIGN_OR_RETURN(final_norm_, LoadVector(source, "model.norm.weight", H));
   RETURN_IF_ERROR(LoadMatrix(source, {"model.embed_tokens.weight"},
                              {c.vocab_size}, H, std::nullopt, &embed_));
-  // Quantized models keep the lm_head at int8 in groups of 32 (int4 logits
-  // cost accuracy for little speed, as llama.cpp's Q4_0 keeps a wider
+  // Quantized models keep the lm_head at int8 in groups of 32 whatever the
+  // layers' group size (finer logits for 1/16 byte more per weight; int4
+  // logits cost accuracy for little speed, as llama.cpp's Q4_0 keeps a wider
   // output tensor); a tied one gets its own copy, the table stays --dtype.
   std::optional<QuantFormat> head_quant;
   if (options_.quantization.has_value()) head_quant = QuantFormat{8, 32, true};
