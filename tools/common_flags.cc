@@ -9,8 +9,9 @@ ABSL_FLAG(std::string, dtype, "f32", "weight/compute dtype: f32 or bf16");
 ABSL_FLAG(std::string, quantization, "none",
           "quantize the linear layers at load (CPU only): none, int8 or int4, "
           "optionally -g32|-g64|-g128 (group size along K) or -pc (one "
-          "group per output channel; int8's default, int4's is -g32) and "
-          "-asym (zero points), e.g. int8-g32 (the Q8_0 layout), int4-g128. "
+          "group per output channel; int8's default, int4's is -g128) and "
+          "-asym (zero points), e.g. int8-g32 or int4-g32 (the Q8_0 and "
+          "Q4_0 layouts). "
           "With --dtype=bf16 the int8/int4 kernels run; with f32 the weights "
           "take their quantized values in f32 (reference numerics). "
           "GPTQ/AWQ checkpoints are read as quantized whatever this says");

@@ -64,8 +64,8 @@ TEST(Accuracy, Stories260KDtypesAndQuantizations) {
       {"bf16", DType::kBF16, "none"},
       {"int8, per channel (bf16 compute)", DType::kBF16, "int8"},
       {"int8-g32 (bf16 compute)", DType::kBF16, "int8-g32"},
-      {"int4 g32", DType::kBF16, "int4"},
-      {"int4 g128", DType::kBF16, "int4-g128"},
+      {"int4, groups of 128 (bf16 compute)", DType::kBF16, "int4"},
+      {"int4-g32 (bf16 compute)", DType::kBF16, "int4-g32"},
       {"int8, per channel, f32 numerics", DType::kF32, "int8"},
       {"int8-g32, f32 numerics", DType::kF32, "int8-g32"}};
   std::vector<std::vector<std::vector<float>>> reference;

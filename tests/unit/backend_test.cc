@@ -459,7 +459,7 @@ TEST_P(QuantKernelTest, Int8MatchesDefinitionAndIsRowInvariant) {
 
 TEST_P(QuantKernelTest, Int4MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int4", 100, 75);
-  CheckQuantMatMul("int4-g128", 130, 300, 40);
+  CheckQuantMatMul("int4-g32", 130, 300, 40);
   CheckQuantMatMul("int4-asym", 64, 96, 33);
   CheckQuantMatMul("int4-g128-asym", 70, 256, 20);
 }
@@ -518,6 +518,7 @@ TEST_P(QuantKernelTest, ExtremeIntegerSumsAreExact) {
   CheckExtremeQuantSums("int8-g64");
   CheckExtremeQuantSums("int4");
   CheckExtremeQuantSums("int4-asym");
+  CheckExtremeQuantSums("int4-g32");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, QuantKernelTest,

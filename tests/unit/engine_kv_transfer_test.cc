@@ -135,7 +135,7 @@ TEST(KvTransfer, FingerprintDiffersAcrossModelsAndDtypes) {
   // Quantization is part of the numerics: each format its own fingerprint.
   auto i8 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int8");
   auto i4 = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4");
-  auto i4g = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4-g128");
+  auto i4g = MakeEngine("models/stories260K", DType::kBF16, 2, 16, "int4-g32");
   auto i8again = MakeEngine("models/stories260K", DType::kBF16, 1, 8, "int8");
   EXPECT_NE(i8->fingerprint(), b->fingerprint());
   EXPECT_NE(i8->fingerprint(), i4->fingerprint());

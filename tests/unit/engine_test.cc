@@ -202,9 +202,9 @@ TEST(BatchInvariance, Stories260KInt4) {
   CheckBatchInvariance("models/stories260K", DType::kBF16, ReferencePrompts(),
                        "int4");
 }
-TEST(BatchInvariance, SyntheticGqaInt4G128AsymAndInt8G32) {
+TEST(BatchInvariance, SyntheticGqaInt4G32AsymAndInt8G32) {
   CheckBatchInvariance("synthetic:tiny-gqa", DType::kBF16, {{1, 2, 3}},
-                       "int4-g128-asym");
+                       "int4-g32-asym");
   CheckBatchInvariance("synthetic:tiny", DType::kBF16, {{1, 2, 3}}, "int8-g32");
 }
 TEST(BatchInvariance, SyntheticTinyOneThreadVsThree) {
@@ -244,18 +244,19 @@ TEST(Quantization, CpuOnlyAndFlagParsing) {
   EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(e.status().message().find("CPU-only"), std::string::npos)
       << e.status();
-  for (const char* good : {"int8", "int8-g32", "int4", "int4-g128",
-                           "int4-g128-asym", "int4-pc", "int4-g64"}) {
+  for (const char* good : {"int8", "int8-g32", "int4", "int4-g32",
+                           "int4-g32-asym", "int4-pc", "int4-g64"}) {
     auto q = ParseQuantization(good);
     ASSERT_TRUE(q.ok() && q->has_value()) << good;
     EXPECT_EQ((*q)->ToString(), good);
   }
   // int8 defaults to one group per output channel (-pc says it again),
-  // int4 to groups of 32.
+  // int4 to groups of 128.
   EXPECT_EQ(ParseQuantization("int8")->value().group_size, 0);
   EXPECT_EQ(ParseQuantization("int8-pc")->value().ToString(), "int8");
   EXPECT_EQ(ParseQuantization("int8-g32")->value().group_size, 32);
-  EXPECT_EQ(ParseQuantization("int4")->value().group_size, 32);
+  EXPECT_EQ(ParseQuantization("int4")->value().group_size, 128);
+  EXPECT_EQ(ParseQuantization("int4-g128")->value().ToString(), "int4");
   EXPECT_FALSE(ParseQuantization("none")->has_value());
   for (const char* bad : {"int3", "int4-g100", "int8-g0", "fp8", "int4-x"}) {
     EXPECT_FALSE(ParseQuantization(bad).ok()) << bad;

@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     if (!q.ok() || !q->has_value()) {
       std::fprintf(stderr,
                    "--formats: f32, bf16 or a quantization (int8, int8-g32, "
-                   "int4, int4-g128, ...), not %s\n",
+                   "int4, int4-g32, ...), not %s\n",
                    f.c_str());
       return 2;
     }
