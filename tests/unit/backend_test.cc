@@ -460,7 +460,7 @@ TEST_P(QuantKernelTest, Int8MatchesDefinitionAndIsRowInvariant) {
 TEST_P(QuantKernelTest, Int4MatchesDefinitionAndIsRowInvariant) {
   CheckQuantMatMul("int4", 100, 75);
   CheckQuantMatMul("int4-g32", 130, 300, 40);
-  CheckQuantMatMul("int4-asym", 64, 96, 33);
+  CheckQuantMatMul("int4-g32-asym", 64, 96, 33);
   CheckQuantMatMul("int4-g128-asym", 70, 256, 20);
 }
 
