@@ -340,12 +340,13 @@ TEST(CudaKernels, RopeAndStoreKvMatchesCpuBf16) {
 }
 
 // Prefill chunks (tiles of several rows) and decode rows over paged KV, with
-// and without a sliding window, GQA, against the CPU's AttendHeads.
-void CheckAttention(DType dtype, int head_dim, int window) {
+// and without a sliding window, GQA, against the CPU's AttendHeads. Decode
+// rows longer than `split_keys` are split along the keys (0: never).
+void CheckAttention(DType dtype, int head_dim, int window, int split_keys = 0) {
   std::mt19937 rng(6);
   const int heads = 8, kv_heads = 2, layers = 2, layer = 1;
-  const std::vector<int> lengths = {1, 37, 100, 16};
-  const std::vector<int> chunk = {1, 20, 1, 16};  // last `chunk` positions
+  const std::vector<int> lengths = {1, 37, 100, 16, 300, 64};
+  const std::vector<int> chunk = {1, 20, 1, 16, 1, 1};  // last positions
   PagedFixture f(dtype, lengths, layers, kv_heads, head_dim, rng);
   const int Q = heads * head_dim, NQKV = Q + 2 * kv_heads * head_dim;
   std::vector<cuda::AttentionTile> tiles;
@@ -393,11 +394,22 @@ void CheckAttention(DType dtype, int head_dim, int window) {
   std::memcpy(tile_ints.data(), tiles.data(), tile_ints.size() * 4);
   auto dqkv = Upload(qkv), dtiles = Upload(tile_ints), dtables = Upload(tables);
   auto out = *cuda::DeviceAlloc(T * Q * 4, "out");
+  const cuda::AttentionSplitPlan plan =
+      cuda::PlanAttentionSplits(tiles, split_keys);
+  if (split_keys > 0) {
+    // Rows at positions 99 and 299 (and 63 when splits are 32 keys).
+    ASSERT_GE(plan.slots, 2) << "the split path is not exercised";
+  }
+  auto dbase = Upload(plan.base);
+  auto partial = *cuda::DeviceAlloc(
+      std::max<int64_t>(1, plan.slots) * heads * (head_dim + 2) * 4, "partial");
   ASSERT_EQ(cuda::Attention(
                 Ptr<float>(dqkv), NQKV,
                 reinterpret_cast<const cuda::AttentionTile*>(dtiles.get()),
                 tiles.size(), Ptr<int32_t>(dtables), f.view, layer, heads,
-                window, scale, Ptr<float>(out), nullptr),
+                window, scale, Ptr<float>(out), nullptr,
+                plan.slots > 0 ? Ptr<int32_t>(dbase) : nullptr, plan.max_splits,
+                split_keys, Ptr<float>(partial)),
             cudaSuccess);
   ExpectClose(Download<float>(out, T * Q), want, 1e-4, 1e-5, "attention");
 }
@@ -413,6 +425,69 @@ TEST(CudaKernels, AttentionMatchesCpuBf16Head128) {
 TEST(CudaKernels, AttentionSlidingWindow) {
   SKIP_WITHOUT_GPU();
   CheckAttention(DType::kF32, 64, 24);
+}
+// Decode rows split along the keys (flash-decoding) give the CPU's result;
+// with a window, splits wholly before it are empty and skipped.
+TEST(CudaKernels, AttentionSplitDecodeRowsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  CheckAttention(DType::kF32, 64, 0, 32);
+  CheckAttention(DType::kBF16, 128, 0, 64);
+  CheckAttention(DType::kF32, 128, 0, cuda::kAttentionSplitKeys);
+}
+TEST(CudaKernels, AttentionSplitWithSlidingWindow) {
+  SKIP_WITHOUT_GPU();
+  CheckAttention(DType::kF32, 64, 24, 32);
+  CheckAttention(DType::kF32, 64, 70, 32);
+}
+// A decode row's result does not depend on how many other rows share its
+// pass, split or not: the same bits as that row alone.
+TEST(CudaKernels, AttentionSplitRowIsBatchInvariant) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+  const int heads = 4, kv_heads = 2, head_dim = 64, layers = 1;
+  const std::vector<int> lengths = {700, 33, 290};
+  PagedFixture f(DType::kBF16, lengths, layers, kv_heads, head_dim, rng);
+  const int Q = heads * head_dim, NQKV = Q + 2 * kv_heads * head_dim;
+  std::vector<int32_t> tables;
+  std::vector<cuda::AttentionTile> all;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const auto* table = f.kv->BlockTable(f.seqs[s]);
+    all.push_back({static_cast<int32_t>(s), 1, lengths[s] - 1,
+                   static_cast<int32_t>(tables.size())});
+    tables.insert(tables.end(), table->begin(), table->end());
+  }
+  std::vector<float> qkv = Random(rng, lengths.size() * NQKV);
+  const float scale = 0.125f;
+  auto run = [&](std::vector<cuda::AttentionTile> tiles) {
+    std::vector<int32_t> ints(tiles.size() * 4);
+    std::memcpy(ints.data(), tiles.data(), ints.size() * 4);
+    const cuda::AttentionSplitPlan plan =
+        cuda::PlanAttentionSplits(tiles, cuda::kAttentionSplitKeys);
+    auto dqkv = Upload(qkv), dtiles = Upload(ints), dtables = Upload(tables);
+    auto dbase = Upload(plan.base);
+    auto partial = *cuda::DeviceAlloc(
+        std::max<int64_t>(1, plan.slots) * heads * (head_dim + 2) * 4, "p");
+    auto out = *cuda::DeviceAlloc(lengths.size() * Q * 4, "out");
+    cudaMemset(out.get(), 0, lengths.size() * Q * 4);
+    EXPECT_EQ(
+        cuda::Attention(
+            Ptr<float>(dqkv), NQKV,
+            reinterpret_cast<const cuda::AttentionTile*>(dtiles.get()),
+            tiles.size(), Ptr<int32_t>(dtables), f.view, 0, heads, 0, scale,
+            Ptr<float>(out), nullptr,
+            plan.slots > 0 ? Ptr<int32_t>(dbase) : nullptr, plan.max_splits,
+            cuda::kAttentionSplitKeys, Ptr<float>(partial)),
+        cudaSuccess);
+    return Download<float>(out, lengths.size() * Q);
+  };
+  const std::vector<float> together = run(all);
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    const std::vector<float> alone = run({all[s]});
+    EXPECT_EQ(std::memcmp(alone.data() + s * Q, together.data() + s * Q,
+                          Q * sizeof(float)),
+              0)
+        << "row " << s << " (position " << lengths[s] - 1 << ")";
+  }
 }
 TEST(CudaKernels, AttentionHeadDim256UsesLargeSharedMemory) {
   SKIP_WITHOUT_GPU();

@@ -15,10 +15,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/util/status_macros.h"
 
@@ -218,6 +220,23 @@ absl::StatusOr<std::unique_ptr<ModelRunner>> CudaRunner::Create(
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 
+namespace {
+// Keys per split of a long decode row (kernels.cuh, kAttentionSplitKeys);
+// PDSERVE_CUDA_ATTENTION_SPLIT=0 turns splitting off and =N (a multiple of
+// 32) sets it, for A/B runs (scripts/gpu_check.sh) — read once.
+int AttentionSplitKeys() {
+  static const int keys = [] {
+    const char* v = std::getenv("PDSERVE_CUDA_ATTENTION_SPLIT");
+    int n = 0;
+    if (v == nullptr || !absl::SimpleAtoi(v, &n) || n < 0 || n % 32 != 0) {
+      return kAttentionSplitKeys;
+    }
+    return n;
+  }();
+  return keys;
+}
+}  // namespace
+
 absl::Status CudaRunner::EnsureMeta(int64_t ints) {
   if (ints <= meta_capacity_) return absl::OkStatus();
   const int64_t cap = std::max(ints, 2 * meta_capacity_);
@@ -314,7 +333,20 @@ absl::Status CudaRunner::Forward(
                      options_.max_batch_tokens));
   }
   static_assert(sizeof(cuda::AttentionTile) == 4 * sizeof(int32_t));
-  const int64_t n_meta = 4 * T + 4 * static_cast<int64_t>(tiles.size()) +
+  const cuda::AttentionSplitPlan split =
+      cuda::PlanAttentionSplits(tiles, AttentionSplitKeys());
+  if (split.slots > 0) {
+    const int64_t bytes = split.slots * c.num_heads * (D + 2) * 4;
+    if (bytes > attn_partial_capacity_) {
+      // The stream is idle here (every Forward ends synchronized).
+      attn_partial_.reset();
+      attn_partial_capacity_ = 0;
+      ASSIGN_OR_RETURN(attn_partial_,
+                       cuda::DeviceAlloc(bytes, "attention partials"));
+      attn_partial_capacity_ = bytes;
+    }
+  }
+  const int64_t n_meta = 4 * T + 5 * static_cast<int64_t>(tiles.size()) +
                          static_cast<int64_t>(tables.size() + wanted.size());
   RETURN_IF_ERROR(EnsureMeta(n_meta));
   int32_t* host = static_cast<int32_t*>(meta_host_.get());
@@ -334,6 +366,7 @@ absl::Status CudaRunner::Forward(
       put(tiles.data(), 4 * static_cast<int64_t>(tiles.size())));
   const int32_t* d_tables = put(tables.data(), tables.size());
   const int32_t* d_wanted = put(wanted.data(), wanted.size());
+  const int32_t* d_split_base = put(split.base.data(), split.base.size());
   RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(dev, host, at * 4, cudaMemcpyHostToDevice, compute_),
       "metadata upload"));
@@ -368,9 +401,11 @@ absl::Status CudaRunner::Forward(
     RETURN_IF_ERROR(CudaStatus(cudaEventRecord(layer_done_[l], compute_),
                                "cudaEventRecord"));
     RETURN_IF_ERROR(CudaStatus(
-        cuda::Attention(qkv, NQKV, d_tiles, static_cast<int>(tiles.size()),
-                        d_tables, pool_view_, l, c.num_heads, L.window, scale,
-                        attn, compute_),
+        cuda::Attention(
+            qkv, NQKV, d_tiles, static_cast<int>(tiles.size()), d_tables,
+            pool_view_, l, c.num_heads, L.window, scale, attn, compute_,
+            split.slots > 0 ? d_split_base : nullptr, split.max_splits,
+            AttentionSplitKeys(), static_cast<float*>(attn_partial_.get())),
         "Attention"));
     RETURN_IF_ERROR(Gemm(attn, T, L.o, L.o_bias, xn, H));
     RETURN_IF_ERROR(

@@ -105,6 +105,10 @@ class CudaRunner : public ModelRunner {
   DevicePtr meta_dev_;
   PinnedPtr meta_host_;
   int64_t meta_capacity_ = 0;
+  // Partials of decode rows split along the keys (kernels.cuh), grown on
+  // demand.
+  DevicePtr attn_partial_;
+  int64_t attn_partial_capacity_ = 0;
   PinnedPtr staging_;
   PinnedPtr logits_host_;  // pinned landing of the logits copy
   int64_t logits_host_capacity_ = 0;

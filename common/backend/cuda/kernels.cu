@@ -156,7 +156,9 @@ __global__ void AttentionKernel(const float* qkv, int nqkv,
                                 const AttentionTile* tiles,
                                 const int32_t* block_tables, KvPoolView pool,
                                 int layer, int num_heads, int window,
-                                float scale, float* out) {
+                                float scale, float* out,
+                                const int32_t* split_base, int split_keys,
+                                float* partial) {
   extern __shared__ float smem[];
   const int D = pool.head_dim;
   float* ks = smem;
@@ -164,6 +166,9 @@ __global__ void AttentionKernel(const float* qkv, int nqkv,
   float* qs = vs + kKeyTile * D;
   const AttentionTile tile = tiles[blockIdx.x];
   const int h = blockIdx.y;
+  const int z = blockIdx.z;  // key split (split tiles only)
+  const int split = split_base != nullptr ? split_base[blockIdx.x] : -1;
+  if (split < 0 && z > 0) return;
   const int kvh = h / (num_heads / pool.num_kv_heads);
   const int kvd = pool.num_kv_heads * D;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -183,8 +188,16 @@ __global__ void AttentionKernel(const float* qkv, int nqkv,
   for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
   float m = -INFINITY, l = 0.0f;
   // Key tiles start at multiples of 32 (absolute positions), so a row sees
-  // the same tiles in the same order whatever tile or batch it is in.
-  for (int k0 = (kfirst / kKeyTile) * kKeyTile; k0 <= klast; k0 += kKeyTile) {
+  // the same tiles in the same order whatever tile or batch it is in. A
+  // split CTA visits its split's positions [z * split_keys, ...) only.
+  int k_begin = (kfirst / kKeyTile) * kKeyTile, k_end = klast;
+  if (split >= 0) {
+    const int lo = z * split_keys;
+    if (lo > klast) return;  // beyond this row's context (CTA-uniform)
+    k_begin = max(k_begin, lo);
+    k_end = min(k_end, lo + split_keys - 1);
+  }
+  for (int k0 = k_begin; k0 <= k_end; k0 += kKeyTile) {
     __syncthreads();  // previous tile consumed (and q staged)
     for (int i = threadIdx.x; i < kKeyTile * D; i += blockDim.x) {
       const int j = i / D, d = i % D;
@@ -232,9 +245,66 @@ __global__ void AttentionKernel(const float* qkv, int nqkv,
     m = m_new;
   }
   if (!active) return;
+  if (split >= 0) {  // a partial for AttentionCombineKernel (one row)
+    float* part =
+        partial + (static_cast<int64_t>(split + z) * num_heads + h) * (D + 2);
+    if (lane == 0) {
+      part[0] = m;
+      part[1] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) part[2 + d] = acc[i];
+    }
+    return;
+  }
   const float inv = 1.0f / l;
   float* o =
       out + static_cast<int64_t>(tile.row0 + warp) * num_heads * D + h * D;
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) {
+    const int d = lane + 32 * i;
+    if (d < D) o[d] = acc[i] * inv;
+  }
+}
+
+// One warp per (split tile, head): the row's partials combined in increasing
+// split order (empty splits, l == 0, skipped), then normalized as the
+// unsplit kernel normalizes.
+__global__ void AttentionCombineKernel(const AttentionTile* tiles,
+                                       const int32_t* split_base,
+                                       int split_keys, int num_heads, int D,
+                                       const float* partial, float* out) {
+  const int split = split_base[blockIdx.x];
+  if (split < 0) return;
+  const AttentionTile tile = tiles[blockIdx.x];
+  const int h = blockIdx.y, lane = threadIdx.x;
+  const int n = tile.pos0 / split_keys + 1;
+  auto part = [&](int z) {
+    return partial +
+           (static_cast<int64_t>(split + z) * num_heads + h) * (D + 2);
+  };
+  float m = -INFINITY;
+  for (int z = 0; z < n; ++z) {
+    if (part(z)[1] > 0.0f) m = fmaxf(m, part(z)[0]);
+  }
+  float l = 0.0f, acc[kMaxDimsPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxDimsPerLane; ++i) acc[i] = 0.0f;
+  for (int z = 0; z < n; ++z) {
+    const float* p = part(z);
+    if (!(p[1] > 0.0f)) continue;
+    const float c = expf(p[0] - m);
+    l = fmaf(p[1], c, l);
+#pragma unroll
+    for (int i = 0; i < kMaxDimsPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < D) acc[i] = fmaf(p[2 + d], c, acc[i]);
+    }
+  }
+  const float inv = 1.0f / l;
+  float* o = out + static_cast<int64_t>(tile.row0) * num_heads * D + h * D;
 #pragma unroll
   for (int i = 0; i < kMaxDimsPerLane; ++i) {
     const int d = lane + 32 * i;
@@ -341,8 +411,16 @@ cudaError_t F32ToBf16(const float* src, int64_t n, uint16_t* dst,
 cudaError_t Attention(const float* qkv, int nqkv, const AttentionTile* tiles,
                       int num_tiles, const int32_t* block_tables,
                       KvPoolView pool, int layer, int num_heads, int window,
-                      float scale, float* out, cudaStream_t stream) {
+                      float scale, float* out, cudaStream_t stream,
+                      const int32_t* split_base, int max_splits, int split_keys,
+                      float* partial) {
   if (num_tiles == 0) return cudaSuccess;
+  if (split_base != nullptr &&
+      (split_keys <= 0 || split_keys % kKeyTile != 0 || partial == nullptr ||
+       max_splits < 1 || max_splits > 65535)) {
+    return cudaErrorInvalidValue;
+  }
+  if (split_base == nullptr) max_splits = 1;
   if (pool.head_dim > 32 * kMaxDimsPerLane || pool.num_kv_heads <= 0 ||
       num_heads % pool.num_kv_heads != 0) {
     return cudaErrorInvalidValue;
@@ -356,9 +434,15 @@ cudaError_t Attention(const float* qkv, int nqkv, const AttentionTile* tiles,
         static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  AttentionKernel<<<dim3(num_tiles, num_heads), 32 * kAttentionRowsPerTile,
-                    smem, stream>>>(qkv, nqkv, tiles, block_tables, pool, layer,
-                                    num_heads, window, scale, out);
+  AttentionKernel<<<dim3(num_tiles, num_heads, max_splits),
+                    32 * kAttentionRowsPerTile, smem, stream>>>(
+      qkv, nqkv, tiles, block_tables, pool, layer, num_heads, window, scale,
+      out, split_base, split_keys, partial);
+  if (split_base == nullptr) return cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  AttentionCombineKernel<<<dim3(num_tiles, num_heads), 32, 0, stream>>>(
+      tiles, split_base, split_keys, num_heads, D, partial, out);
   return cudaGetLastError();
 }
 

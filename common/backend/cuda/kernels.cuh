@@ -18,7 +18,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace pdserve {
 namespace cuda {
@@ -95,19 +97,63 @@ struct AttentionTile {
 };
 constexpr int kAttentionRowsPerTile = 8;  // one warp per query row
 
+// Decode rows (tiles of one row) whose context is longer than
+// kAttentionSplitKeys are split along the keys (flash-decoding): one CTA
+// per (tile, head, split of kAttentionSplitKeys positions) writes a partial
+// (max, sum, unnormalized output) and a second kernel combines a row's
+// splits in increasing order. Without it a decode step runs one CTA per
+// head whatever the context (32 CTAs on a 132-SM H200 for Llama-3-8B),
+// walking the context serially: 0.2x the context-16 step rate at context
+// 2048 (docs/performance.md, "CUDA"). The splits of a row depend only on
+// its position, so a decode row's result still does not depend on its
+// batch; rows of multi-row (prefill) tiles are never split.
+constexpr int kAttentionSplitKeys = 256;  // a multiple of the 32-key tile
+
+// Which tiles are split (PlanAttentionSplits, below) and where their
+// partials go: base[i] is the first
+// partial slot of tile i (slots base[i] .. base[i] + splits - 1, each
+// num_heads x (head_dim + 2) floats), or -1 for a tile computed whole.
+struct AttentionSplitPlan {
+  std::vector<int32_t> base;
+  int64_t slots = 0;   // partial slots in all
+  int max_splits = 1;  // the grid's third dimension
+};
+
 // Causal GQA attention of every query row over its sequence's paged KV
 // (positions [max(0, pos - window + 1), pos], or [0, pos] when window == 0),
 // which RopeAndStoreKv has already written for this pass. One CTA per (tile,
-// q head): key/value tiles of 32 positions are staged once in shared memory
-// for all the tile's rows (flash-style, online softmax in f32, keys visited in
-// increasing position order: the result of a row does not depend on the other
-// rows of its tile or batch). Decode rows are tiles of one row.
+// q head[, key split]): key/value tiles of 32 positions are staged once in
+// shared memory for all the tile's rows (flash-style, online softmax in f32,
+// keys visited in increasing position order: the result of a row does not
+// depend on the other rows of its tile or batch). Decode rows are tiles of
+// one row, split along the keys as `split_base` says (device copy of
+// PlanAttentionSplits(tiles, split_keys).base; nullptr: nothing split) into
+// `partial` (plan.slots * num_heads * (head_dim + 2) floats).
 // qkv: [T][NQKV] (q read from columns [0, Q)); tiles: [num_tiles];
 // block_tables: [sum of table lengths]; out: [T][Q]. head_dim <= 256.
 cudaError_t Attention(const float* qkv, int nqkv, const AttentionTile* tiles,
                       int num_tiles, const int32_t* block_tables,
                       KvPoolView pool, int layer, int num_heads, int window,
-                      float scale, float* out, cudaStream_t stream);
+                      float scale, float* out, cudaStream_t stream,
+                      const int32_t* split_base = nullptr, int max_splits = 1,
+                      int split_keys = kAttentionSplitKeys,
+                      float* partial = nullptr);
+
+inline AttentionSplitPlan PlanAttentionSplits(
+    const std::vector<AttentionTile>& tiles, int split_keys) {
+  AttentionSplitPlan plan;
+  plan.base.assign(tiles.size(), -1);
+  if (split_keys <= 0) return plan;
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    const AttentionTile& t = tiles[i];
+    if (t.rows != 1 || t.pos0 < split_keys) continue;
+    const int splits = t.pos0 / split_keys + 1;
+    plan.base[i] = static_cast<int32_t>(plan.slots);
+    plan.slots += splits;
+    plan.max_splits = std::max(plan.max_splits, splits);
+  }
+  return plan;
+}
 
 // out[r] = argmax_j logits[r][j] (lowest index on ties).
 // logits: [R][V]; out: [R].
