@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <utility>
@@ -32,8 +33,9 @@ uint64_t RandomTagPrefix() {
 // as a tagged message that D receives into its landing buffer: from its
 // chunk buffer (SendBuffer), or from the next slot of the ring it was
 // copied into (Send). A ring slot is reused once its send completed, i.e.
-// once D has the bytes: at most kSlots sends are outstanding, and the ring,
-// registered once and pooled, stays warm in the caches and page tables
+// once D has the bytes: at most kSlots sends are outstanding (chunks left in
+// place: at most the sender's in_place_unacked(), 2 by default), and the
+// ring, registered once and pooled, stays warm in the caches and page tables
 // however long the prompt.
 class UcxKvPushStream : public KvPushStream {
  public:
@@ -137,19 +139,35 @@ class UcxKvPushStream : public KvPushStream {
     }
   };
 
-  // Waits until fewer than kSlots chunks are in place unacknowledged.
+  // Waits until fewer than in_place_unacked() chunks are in place
+  // unacknowledged (keeping P one chunk ahead of D's import, in cache) for
+  // at most kInPlaceSoftWait without an acknowledgement, then until fewer
+  // than kSlots are: a decode worker that stopped reading (a failed push)
+  // does not stall P before the stream can tell it so.
   absl::Status MakeRoomInPlace() {
-    while (!in_place_chunks_.empty() && in_place_chunks_.front().Acked()) {
-      in_place_chunks_.front().buffer->Release(true);
-      in_place_chunks_.pop_front();
+    auto pop_acked = [this] {
+      bool popped = false;
+      while (!in_place_chunks_.empty() && in_place_chunks_.front().Acked()) {
+        in_place_chunks_.front().buffer->Release(true);
+        in_place_chunks_.pop_front();
+        popped = true;
+      }
+      return popped;
+    };
+    pop_acked();
+    const int soft_limit = std::max(2, sender_->in_place_unacked());
+    absl::Time soft_until = absl::Now() + kInPlaceSoftWait;
+    while (static_cast<int>(in_place_chunks_.size()) >= soft_limit &&
+           absl::Now() < soft_until) {
+      if (pop_acked()) {
+        soft_until = absl::Now() + kInPlaceSoftWait;
+        continue;
+      }
+      absl::SleepFor(absl::Microseconds(20));
     }
     absl::Time check = absl::Now() + absl::Milliseconds(100);
     while (static_cast<int>(in_place_chunks_.size()) >= UcxKvSender::kSlots) {
-      if (in_place_chunks_.front().Acked()) {
-        in_place_chunks_.front().buffer->Release(true);
-        in_place_chunks_.pop_front();
-        continue;
-      }
+      if (pop_acked()) continue;
       absl::SleepFor(absl::Microseconds(20));
       if (absl::Now() >= check) {
         if (Cancelled() || absl::Now() > deadline_) {
@@ -161,6 +179,7 @@ class UcxKvPushStream : public KvPushStream {
     }
     return absl::OkStatus();
   }
+  static constexpr absl::Duration kInPlaceSoftWait = absl::Milliseconds(20);
 
   // Ends the oldest pending send, which is done: its buffer goes back to
   // the pool (quarantined unless the send succeeded).

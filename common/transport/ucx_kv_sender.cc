@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/kv_wire.h"
@@ -19,6 +20,15 @@ namespace pdserve::transport {
 bool UcxKvSender::InPlaceDefault() {
   const char* v = std::getenv("PDSERVE_UCX_IN_PLACE");
   return v == nullptr || std::string(v) != "0";
+}
+
+int UcxKvSender::InPlaceUnackedDefault() {
+  const char* v = std::getenv("PDSERVE_UCX_IN_PLACE_UNACKED");
+  int n = 0;
+  if (v != nullptr && absl::SimpleAtoi(v, &n) && n >= 2 && n <= kSlots) {
+    return n;
+  }
+  return 2;
 }
 
 UcxKvSender::UcxKvSender(GrpcKvSender* grpc, UcxWorker* worker,

@@ -56,8 +56,18 @@ class UcxKvSender : public KvSender {
     // this worker's shared memory (Describe's probe). Default: on unless
     // PDSERVE_UCX_IN_PLACE=0.
     bool in_place = InPlaceDefault();
+    // Chunks a push leaves in place unacknowledged before it waits for D:
+    // 2, so P runs one chunk ahead of D's import and the chunk D reads next
+    // is the one P just wrote, still in the shared L3 (measured: 1.32x a
+    // 268 MB push's bandwidth with 8, docs/performance.md "KV transfer").
+    // At least 2: D acknowledges a chunk when it moves on to the next one.
+    // A D that acknowledges nothing for 20 ms gets up to kSlots (the push
+    // stream, MakeRoomInPlace). PDSERVE_UCX_IN_PLACE_UNACKED=N (2..kSlots)
+    // sets it, for A/B runs.
+    int in_place_unacked = InPlaceUnackedDefault();
   };
   static bool InPlaceDefault();
+  static int InPlaceUnackedDefault();
 
   // `grpc` carries the control stream; `worker` registers and serves the
   // regions; `fallback` (may be null: UCX or fail) takes the pushes UCX
@@ -112,6 +122,7 @@ class UcxKvSender : public KvSender {
   void PushEnded() { pushes_.fetch_sub(1); }
   KvSender* fallback() const { return fallback_; }
   UcxWorker* worker() const { return worker_; }
+  int in_place_unacked() const { return options_.in_place_unacked; }
 
   static constexpr int64_t kRegionRound = int64_t{2} << 20;
 
