@@ -58,7 +58,7 @@ class UcxKvSender : public KvSender {
     bool in_place = InPlaceDefault();
     // Chunks a push leaves in place unacknowledged before it waits for D:
     // 2, so P runs one chunk ahead of D's import and the chunk D reads next
-    // is the one P just wrote, still in the shared L3 (measured: 1.32x a
+    // is the one P just wrote, still in the shared L3 (measured: 1.2-1.3x a
     // 268 MB push's bandwidth with 8, docs/performance.md "KV transfer").
     // At least 2: D acknowledges a chunk when it moves on to the next one.
     // A D that acknowledges nothing for 20 ms gets up to kSlots (the push
