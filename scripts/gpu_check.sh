@@ -140,10 +140,10 @@ if [ "${NCU:-0}" != 0 ]; then
   step "profile: fixed per-step cost (synthetic:llama-110m, bf16, batch 1 and 64)"
   "$BUILD/pdserve" bench-engine --device=cuda --model=synthetic:llama-110m \
     --dtype=bf16 --prompt_len=512 --gen_len=64 --batch=1,64 | tee "$OUT_DIR/small.txt"
-  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-  if [ -n "$NCU" ]; then
+  NCU_BIN=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -n "$NCU_BIN" ]; then
     step "profile: ncu kernel times (llama3-8b, prompt 512, 3 decode steps)"
-    timeout 240 "$NCU" --clock-control none --print-units base --metrics gpu__time_duration.sum \
+    timeout 240 "$NCU_BIN" --clock-control none --print-units base --metrics gpu__time_duration.sum \
       --csv --log-file "$OUT_DIR/ncu.csv" "$BUILD/pdserve" bench-engine \
       --device=cuda --model=synthetic:llama3-8b --dtype=bf16 --prompt_len=512 \
       --gen_len=3 --batch=1 > "$OUT_DIR/ncu_bench.txt" 2>&1

@@ -333,8 +333,9 @@ absl::Status CudaRunner::Forward(
                      options_.max_batch_tokens));
   }
   static_assert(sizeof(cuda::AttentionTile) == 4 * sizeof(int32_t));
+  const int split_keys = AttentionSplitKeys();
   const cuda::AttentionSplitPlan split =
-      cuda::PlanAttentionSplits(tiles, AttentionSplitKeys());
+      cuda::PlanAttentionSplits(tiles, split_keys);
   if (split.slots > 0) {
     const int64_t bytes = split.slots * c.num_heads * (D + 2) * 4;
     if (bytes > attn_partial_capacity_) {
@@ -405,7 +406,7 @@ absl::Status CudaRunner::Forward(
             qkv, NQKV, d_tiles, static_cast<int>(tiles.size()), d_tables,
             pool_view_, l, c.num_heads, L.window, scale, attn, compute_,
             split.slots > 0 ? d_split_base : nullptr, split.max_splits,
-            AttentionSplitKeys(), static_cast<float*>(attn_partial_.get())),
+            split_keys, static_cast<float*>(attn_partial_.get())),
         "Attention"));
     RETURN_IF_ERROR(Gemm(attn, T, L.o, L.o_bias, xn, H));
     RETURN_IF_ERROR(

@@ -110,9 +110,9 @@ constexpr int kAttentionRowsPerTile = 8;  // one warp per query row
 constexpr int kAttentionSplitKeys = 256;  // a multiple of the 32-key tile
 
 // Which tiles are split (PlanAttentionSplits, below) and where their
-// partials go: base[i] is the first
-// partial slot of tile i (slots base[i] .. base[i] + splits - 1, each
-// num_heads x (head_dim + 2) floats), or -1 for a tile computed whole.
+// partials go: base[i] is the first partial slot of tile i (slots base[i] ..
+// base[i] + splits - 1, each num_heads x (head_dim + 2) floats), or -1 for
+// a tile computed whole.
 struct AttentionSplitPlan {
   std::vector<int32_t> base;
   int64_t slots = 0;   // partial slots in all
