@@ -81,10 +81,19 @@ int PrefetchRanges(const Segment* seg, int nseg, int head_dim, int block_size,
     while (t < nseg && seg[t].k_tile == seg[s].k_tile) ++t;
     const int64_t first = seg[s].off;
     const int64_t end = seg[t - 1].off + seg[t - 1].n;
-    out[count++] = {
+    const PrefetchRange k = {
         seg[s].k_tile + first * esize,
         ((head_dim - 1) * int64_t{block_size} + end - first) * esize};
-    out[count++] = {seg[s].v, (end - first) * head_dim * esize};
+    const PrefetchRange v = {seg[s].v, (end - first) * head_dim * esize};
+    for (const PrefetchRange& r : {k, v}) {
+      // A block's K and V tiles, and the tiles of consecutive blocks, are
+      // adjacent in the pool: one range, fewer switches in the drip.
+      if (count > 0 && out[count - 1].from + out[count - 1].bytes == r.from) {
+        out[count - 1].bytes += r.bytes;
+      } else {
+        out[count++] = r;
+      }
+    }
     s = t;
   }
   return count;
@@ -122,23 +131,28 @@ class PrefetchDrip {
     ranges_ = ranges;
     n_ = n;
     r_ = 0;
-    at_ = 0;
+    at_ = n > 0 ? ranges[0].from : nullptr;
+    end_ = n > 0 ? ranges[0].from + ranges[0].bytes : nullptr;
     int64_t lines = 0;
     for (int i = 0; i < n; ++i) lines += (ranges[i].bytes + 63) / 64;
     per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
   }
+  // The next per_step_ lines: a straight run of prefetches inside the
+  // current range (the common case: one range per partition), the range
+  // switch and the hint choice outside the inner loop.
   void Step() {
-    for (int i = 0; i < per_step_ && r_ < n_; ++i) {
+    int left = per_step_;
+    while (left > 0 && at_ != nullptr) {
+      const int room = static_cast<int>((end_ - at_ + 63) / 64);
+      const int k = std::min(left, room);
       if (to_l2_) {
-        _mm_prefetch(ranges_[r_].from + at_, _MM_HINT_T1);
+        for (int i = 0; i < k; ++i) _mm_prefetch(at_ + 64 * i, _MM_HINT_T1);
       } else {
-        _mm_prefetch(ranges_[r_].from + at_, _MM_HINT_T0);
+        for (int i = 0; i < k; ++i) _mm_prefetch(at_ + 64 * i, _MM_HINT_T0);
       }
-      at_ += 64;
-      if (at_ >= ranges_[r_].bytes) {
-        ++r_;
-        at_ = 0;
-      }
+      at_ += 64 * k;
+      left -= k;
+      if (at_ >= end_) NextRange();
     }
   }
   // Whatever is left, at once.
@@ -148,10 +162,20 @@ class PrefetchDrip {
   }
 
  private:
+  void NextRange() {
+    if (++r_ < n_) {
+      at_ = ranges_[r_].from;
+      end_ = at_ + ranges_[r_].bytes;
+    } else {
+      at_ = nullptr;
+    }
+  }
+
   const bool to_l2_;
   const PrefetchRange* ranges_ = nullptr;
   int n_ = 0, r_ = 0, per_step_ = 0;
-  int64_t at_ = 0;
+  const char* at_ = nullptr;
+  const char* end_ = nullptr;
 };
 
 // The positions of partition `p` that query `q` attends: [*vf, *vl], empty
@@ -197,6 +221,7 @@ PDSERVE_AVX512 void Scores(const AttentionArgs& a, const AttentionQuery* qs,
                            const Segment* seg, int nseg, int p0,
                            float (*sc)[kAttentionPartition],
                            PrefetchDrip& drip) {
+  const int head_dim = a.head_dim;
   const int64_t dim_stride =
       int64_t{a.kv->layout().block_size} * (kBf16 ? 2 : 4);
   const __m512 scale = _mm512_set1_ps(a.scale);
@@ -208,25 +233,37 @@ PDSERVE_AVX512 void Scores(const AttentionArgs& a, const AttentionQuery* qs,
       kp[s] = seg[real ? s0 + s : s0].k;
       m[s] = real ? SegmentMask(seg[s0 + s]) : 0;
     }
+    // Unrolled by pragma: without it GCC 12 kept a copy of acc on the stack
+    // and stored all of it every d (8 zmm stores per 8 FMAs).
     __m512 acc[kQ][kSeg];
+#pragma GCC unroll 8
     for (int g = 0; g < kQ; ++g) {
+#pragma GCC unroll 8
       for (int s = 0; s < kSeg; ++s) acc[g][s] = _mm512_setzero_ps();
     }
-    for (int d = 0; d < a.head_dim; ++d) {
+    for (int d = 0; d < head_dim; ++d) {
       drip.Step();
       __m512 kk[kSeg];
+#pragma GCC unroll 8
       for (int s = 0; s < kSeg; ++s) {
         kk[s] = LoadLanes<kBf16>(kp[s] + d * dim_stride, m[s]);
       }
+#pragma GCC unroll 8
       for (int g = 0; g < kQ; ++g) {
         const __m512 qd = _mm512_set1_ps(qs[g].q[d]);
+#pragma GCC unroll 8
         for (int s = 0; s < kSeg; ++s) {
           acc[g][s] = _mm512_fmadd_ps(qd, kk[s], acc[g][s]);
         }
       }
     }
-    for (int s = 0; s < kSeg && s0 + s < nseg; ++s) {
-      const int at = seg[s0 + s].pos - seg[s0 + s].pos % kLanes - p0;
+    // Every s (a missing segment's mask is 0: its stores write nothing), so
+    // that this loop unrolls too.
+#pragma GCC unroll 8
+    for (int s = 0; s < kSeg; ++s) {
+      const Segment& sg = seg[s0 + s < nseg ? s0 + s : s0];
+      const int at = sg.pos - sg.pos % kLanes - p0;
+#pragma GCC unroll 8
       for (int g = 0; g < kQ; ++g) {
         _mm512_mask_storeu_ps(sc[g] + at, m[s],
                               _mm512_mul_ps(acc[g][s], scale));
