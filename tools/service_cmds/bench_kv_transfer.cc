@@ -11,9 +11,10 @@
 // bytes, in the same run. The paths run in turn, round after round (this
 // machine's bandwidth drifts between runs, so each ratio is taken within a
 // round; medians over the rounds). Pushes are chunked, sealed (XXH3) and
-// verified exactly as in the service, by one sending thread. Each row also
-// shows the CPU time a push cost (both processes), which a busy machine
-// does not inflate as it does the wall time.
+// verified exactly as in the service, by one sending thread; each timed
+// push follows --kv_bench_warmup untimed ones (ucx_perftest warms up too).
+// Each row also shows the CPU time a push cost (both processes), which a
+// busy machine does not inflate as it does the wall time.
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -57,6 +58,13 @@ ABSL_FLAG(int32_t, kv_bench_tokens, 2048,
           "bench-kv-transfer: prompt tokens whose KV is moved");
 ABSL_FLAG(int32_t, kv_bench_repeats, 5,
           "bench-kv-transfer: rounds (every path runs once per round)");
+ABSL_FLAG(int32_t, kv_bench_warmup, 1,
+          "bench-kv-transfer: untimed pushes right before each timed push "
+          "(grpc, ucx, ucx-tcp), as ucx_perftest warms up before it times: "
+          "1 measures a push with its registered buffers and endpoints warm, "
+          "as under steady traffic; 0 measures what a push after a pause "
+          "pays (P unregisters pooled buffers idle for 10 s, and in a round "
+          "with ucx_perftest the pause is longer)");
 ABSL_FLAG(std::vector<std::string>, kv_bench_paths,
           std::vector<std::string>({"memcpy", "tcp", "passes", "grpc", "ucx",
                                     "ucx-tcp", "ucx_perftest",
@@ -223,6 +231,8 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   const int tokens = absl::GetFlag(FLAGS_kv_bench_tokens);
   const int rounds = std::max(1, absl::GetFlag(FLAGS_kv_bench_repeats));
   if (tokens <= 0) return Fail("--kv_bench_tokens must be positive");
+  const int warmup = absl::GetFlag(FLAGS_kv_bench_warmup);
+  if (warmup < 0) return Fail("--kv_bench_warmup must be 0 or more");
   const int64_t bpt = layout->BytesPerTokenPerLayer();
   const int64_t bytes = bpt * tokens * layout->num_layers;
   const auto ranges = transport::ChunkTokenRanges(
@@ -285,8 +295,11 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   // Pushes: to the receiver process; CPU of both processes. Every chunk is
   // checked against P's XXH3 by the receiving service; the receiver's copy
   // is compared with the source after the last round.
-  auto pushed = [&](std::function<absl::Status()> once) {
-    return [&, once]() -> absl::StatusOr<Sample> {
+  auto pushed = [&, warmup](std::function<absl::Status()> once) {
+    return [&, once, warmup]() -> absl::StatusOr<Sample> {
+      for (int i = 0; i < warmup; ++i) {
+        if (absl::Status s = once(); !s.ok()) return s;
+      }
       const double c0 = ProcessCpuSeconds() + CpuSecondsOf(rx->pid);
       const double t0 = Now();
       if (absl::Status s = once(); !s.ok()) return s;
@@ -501,6 +514,7 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     j["bytes"] = bytes;
     j["chunk_bytes"] = chunk_bytes;
     j["rounds"] = rounds;
+    j["warmup_pushes"] = warmup;
     for (const Path& p : paths) {
       j["results"][p.name] = {
           {"median_gbps", Median(p.gbps)},
@@ -523,10 +537,10 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   std::printf(
       "KV of %s, %d tokens: %d layers x 2 x %d kv heads x %d dims x "
       "%d bytes = %.1f MB in %d chunks of <= %.2f MB; %d rounds, paths "
-      "alternating; medians\n",
+      "alternating; %d untimed push(es) before each timed one; medians\n",
       absl::GetFlag(FLAGS_kv_bench_model).c_str(), tokens, layout->num_layers,
       layout->num_kv_heads, layout->head_dim, DTypeSize(layout->dtype),
-      bytes / 1e6, chunks, chunk_bytes / 1e6, rounds);
+      bytes / 1e6, chunks, chunk_bytes / 1e6, rounds, warmup);
   std::printf("%-26s %8s %8s %10s %9s  %s\n", "path", "GB/s", "best",
               "vs memcpy", "CPU s/GB", "vs reference");
   for (const Path& p : paths) {
@@ -553,7 +567,7 @@ PDSERVE_SUBCOMMAND(
     "loopback KV transfer bandwidth: gRPC and UCX pushes, TCP, memcpy, "
     "ucx_perftest",
     "pdserve bench-kv-transfer [--kv_bench_model=synthetic:llama-110m] "
-    "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] "
+    "[--kv_bench_tokens=2048] [--kv_bench_repeats=5] [--kv_bench_warmup=1] "
     "[--kv_bench_paths=memcpy,ucx,...] [--json]",
     FlagNames({{"dtype", "kv_dtype", "block_size", "json"}}),
     RunBenchKvTransfer);
