@@ -144,6 +144,10 @@ class PrefetchDrip {
     int left = per_step_;
     while (left > 0 && at_ != nullptr) {
       const int room = static_cast<int>((end_ - at_ + 63) / 64);
+      if (room <= 0) {  // an empty range (none is built; never spin on one)
+        NextRange();
+        continue;
+      }
       const int k = std::min(left, room);
       if (to_l2_) {
         for (int i = 0; i < k; ++i) _mm_prefetch(at_ + 64 * i, _MM_HINT_T1);
