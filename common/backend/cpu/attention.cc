@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/backend/cpu/attention_avx2.h"
+#include "common/backend/cpu/attention_prefetch.h"
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/backend/cpu/simd_exp.h"
 
@@ -21,6 +22,9 @@
 
 namespace pdserve {
 namespace {
+
+using cpu_internal::PrefetchDrip;
+using cpu_internal::PrefetchRange;
 
 constexpr int kLanes = 16;
 // Segments of one partition at most (block_size 1).
@@ -68,10 +72,6 @@ int BuildSegments(const AttentionArgs& a, int lo, int hi, Segment* out) {
 // What the segments read of one head's K tiles ([head_dim][block_size]: the
 // columns of the segments' positions, i.e. the whole tile unless the block
 // is longer than a partition) and V rows, as byte ranges.
-struct PrefetchRange {
-  const char* from;
-  int64_t bytes;
-};
 int PrefetchRanges(const Segment* seg, int nseg, int head_dim, int block_size,
                    int esize, PrefetchRange* out) {
   int count = 0;
@@ -98,89 +98,6 @@ int PrefetchRanges(const Segment* seg, int nseg, int head_dim, int block_size,
   }
   return count;
 }
-
-// Where the drip's prefetches go. attention_bench (context 2048, bf16 and
-// f32): into L1 was 1.17x faster than into L2 on an AMD Zen 5, into L2
-// 1.17-1.2x faster than into L1 on an Intel Xeon (Sapphire Rapids class),
-// so: L2 on Intel, L1 elsewhere; PDSERVE_ATTENTION_PREFETCH=l1|l2 forces
-// one. Prefetches never change a bit.
-bool DetectPrefetchToL2() {
-  const char* env = std::getenv("PDSERVE_ATTENTION_PREFETCH");
-  if (env != nullptr && std::strcmp(env, "l1") == 0) return false;
-  if (env != nullptr && std::strcmp(env, "l2") == 0) return true;
-  __builtin_cpu_init();
-  return __builtin_cpu_is("intel");
-}
-
-bool PrefetchToL2() {
-  static const bool to_l2 = DetectPrefetchToL2();
-  return to_l2;
-}
-
-// Software prefetch of the next partition's K and V (32 KiB bf16, 64 KiB
-// f32 per head; into L1 or L2 by PrefetchToL2), dripped a few cache lines
-// at a time through the current partition's work: issued as one burst
-// before the work, the prefetches overflow the miss buffers (attention_bench
-// measured 1.6-1.8x slower than dripped); a block whose id does not follow
-// the previous one's starts a new 4-8 KiB stream (its K and V tiles) that
-// the hardware prefetchers find late.
-class PrefetchDrip {
- public:
-  PrefetchDrip() : to_l2_(PrefetchToL2()) {}
-  void Reset(const PrefetchRange* ranges, int n, int64_t steps) {
-    ranges_ = ranges;
-    n_ = n;
-    r_ = 0;
-    at_ = n > 0 ? ranges[0].from : nullptr;
-    end_ = n > 0 ? ranges[0].from + ranges[0].bytes : nullptr;
-    int64_t lines = 0;
-    for (int i = 0; i < n; ++i) lines += (ranges[i].bytes + 63) / 64;
-    per_step_ = steps > 0 ? static_cast<int>((lines + steps - 1) / steps) : 0;
-  }
-  // The next per_step_ lines: a straight run of prefetches inside the
-  // current range (the common case: one range per partition), the range
-  // switch and the hint choice outside the inner loop.
-  void Step() {
-    int left = per_step_;
-    while (left > 0 && at_ != nullptr) {
-      const int room = static_cast<int>((end_ - at_ + 63) / 64);
-      if (room <= 0) {  // an empty range (none is built; never spin on one)
-        NextRange();
-        continue;
-      }
-      const int k = std::min(left, room);
-      if (to_l2_) {
-        for (int i = 0; i < k; ++i) _mm_prefetch(at_ + 64 * i, _MM_HINT_T1);
-      } else {
-        for (int i = 0; i < k; ++i) _mm_prefetch(at_ + 64 * i, _MM_HINT_T0);
-      }
-      at_ += 64 * k;
-      left -= k;
-      if (at_ >= end_) NextRange();
-    }
-  }
-  // Whatever is left, at once.
-  void Finish() {
-    per_step_ = 1 << 30;
-    Step();
-  }
-
- private:
-  void NextRange() {
-    if (++r_ < n_) {
-      at_ = ranges_[r_].from;
-      end_ = at_ + ranges_[r_].bytes;
-    } else {
-      at_ = nullptr;
-    }
-  }
-
-  const bool to_l2_;
-  const PrefetchRange* ranges_ = nullptr;
-  int n_ = 0, r_ = 0, per_step_ = 0;
-  const char* at_ = nullptr;
-  const char* end_ = nullptr;
-};
 
 // The positions of partition `p` that query `q` attends: [*vf, *vl], empty
 // when *vf > *vl.
