@@ -111,6 +111,18 @@ if grep -q '"median_gbps"' "$WORK/bench.json" && ! grep -q ratio_to_reference "$
 else
   fail "bench-kv-transfer --json: $(head -c 400 "$WORK/bench.json")"
 fi
+# ... and says where a push's time went on P (seal, post, commit), per
+# round and as medians, for every push path and no other.
+if grep -q '"push_phases_ms"' "$WORK/bench.json" &&
+  [ "$(grep -c '"push_phases_ms"' "$WORK/bench.json")" -eq 1 ] &&
+  grep -q '"seal"' "$WORK/bench.json" && grep -q '"commit"' "$WORK/bench.json"; then
+  ok "bench-kv-transfer --json has the ucx push's phases"
+else
+  fail "bench-kv-transfer --json lacks push_phases_ms: $(head -c 400 "$WORK/bench.json")"
+fi
+expect 0 "bench-kv-transfer prints the push's phases" "ucx push on P, ms" \
+  -- "$PDSERVE" bench-kv-transfer --kv_bench_tokens=64 --kv_bench_repeats=2 \
+  --kv_bench_paths=memcpy,ucx
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

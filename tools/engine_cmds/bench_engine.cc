@@ -24,6 +24,7 @@
 #include "common/engine/engine.h"
 #include "common/model/model_source.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_stats.h"
 #include "tools/common_flags.h"
 #include "tools/subcommand.h"
 
@@ -52,13 +53,6 @@ double Now() {
 void Progress(const std::string& text) {
   std::fprintf(stderr, "\r\033[Kbench-engine: %s", text.c_str());
   std::fflush(stderr);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 int Fail(const std::string& message) {

@@ -14,7 +14,9 @@
 // verified exactly as in the service, by one sending thread; each timed
 // push follows --kv_bench_warmup untimed ones (ucx_perftest warms up too).
 // Each row also shows the CPU time a push cost (both processes), which a
-// busy machine does not inflate as it does the wall time.
+// busy machine does not inflate as it does the wall time, and each push
+// where its time went on P (bench_kv_push.h: sealing its chunks, posting
+// them, committing).
 #include <stdlib.h>
 #include <sys/resource.h>
 
@@ -46,7 +48,9 @@
 #include "common/util/checksum.h"
 #include "common/util/malloc_tuning.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench_stats.h"
 #include "tools/common_flags.h"
+#include "tools/service_cmds/bench_kv_push.h"
 #include "tools/service_cmds/bench_kv_receiver.h"
 #include "tools/service_cmds/bench_kv_refs.h"
 #include "tools/subcommand.h"
@@ -93,48 +97,6 @@ void Progress(const std::string& text) {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "\nbench-kv-transfer: %s\n", message.c_str());
   return 1;
-}
-
-// One push of `src` (layer-major), chunked and sealed as a prefill does.
-absl::Status PushOnce(transport::KvSender& sender, const std::string& target,
-                      const KvLayout& layout, int tokens,
-                      const std::string& src, const std::string& want) {
-  pb::KvHeader header;
-  header.set_request_id("bench");
-  header.set_model_fingerprint(kKvBenchFingerprint);
-  *header.mutable_layout() = transport::LayoutToProto(layout);
-  header.set_num_tokens(tokens);
-  auto stream = sender.Open(target, header, absl::Now() + absl::Seconds(120));
-  if (!stream.ok()) return stream.status();
-  const int64_t bpt = layout.BytesPerTokenPerLayer();
-  for (int layer = 0; layer < layout.num_layers; ++layer) {
-    for (auto [b, e] : transport::ChunkTokenRanges(
-             0, tokens, bpt, transport::kKvChunkTargetBytes)) {
-      pb::KvChunk c;
-      c.set_layer(layer);
-      c.set_token_begin(b);
-      c.set_token_end(e);
-      // Into the sender's memory, sealed on the way, as the prefill
-      // worker's export does.
-      std::unique_ptr<transport::KvChunkBuffer> bytes =
-          sender.NewChunkBuffer(target, (e - b) * bpt);
-      c.set_xxh3(CopyWithXxh3(bytes->data(),
-                              src.data() + (int64_t{layer} * tokens + b) * bpt,
-                              (e - b) * bpt));
-      if (absl::Status s =
-              (*stream)->SendBuffer(std::move(c), std::move(bytes));
-          !s.ok()) {
-        return s;
-      }
-    }
-  }
-  auto result = (*stream)->Commit(pb::KvCommit());
-  if (!result.ok()) return result.status();
-  if (result->transport != want) {
-    return absl::InternalError(
-        absl::StrCat("push went over ", result->transport, ", not ", want));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<KvLayout> BenchLayout() {
@@ -189,20 +151,16 @@ absl::StatusOr<std::unique_ptr<UcxSender>> StartUcxSender(
   return s;
 }
 
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 // One measured path: `run` returns GB/s (it times itself).
 // One measurement: bandwidth, and the CPU time this process spent on it
 // (both ends of a push run here; a busy machine stretches the wall time,
 // not the work). cpu_seconds < 0: not measured (another process moved it).
 struct Sample {
+  Sample(double g, double cpu, std::optional<KvPushPhases> p = std::nullopt)
+      : gbps(g), cpu_seconds(cpu), phases(p) {}
   double gbps = 0;
   double cpu_seconds = -1;
+  std::optional<KvPushPhases> phases;  // pushes: P's side of the push
 };
 
 double ProcessCpuSeconds() {
@@ -219,9 +177,10 @@ struct Path {
   std::string name;
   std::string reference;  // the row its "vs reference" ratio divides by
   std::function<absl::StatusOr<Sample>()> run;
-  std::vector<double> gbps;   // per round
-  std::vector<double> ratio;  // per round, to memcpy of the same round
-  std::vector<double> cpu;    // per round: CPU seconds per GB moved
+  std::vector<double> gbps;          // per round
+  std::vector<double> ratio;         // per round, to memcpy of the same round
+  std::vector<double> cpu;           // per round: CPU seconds per GB moved
+  std::vector<KvPushPhases> phases;  // per round (pushes)
 };
 
 int RunBenchKvTransfer(const std::vector<std::string>&) {
@@ -295,17 +254,18 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   // Pushes: to the receiver process; CPU of both processes. Every chunk is
   // checked against P's XXH3 by the receiving service; the receiver's copy
   // is compared with the source after the last round.
-  auto pushed = [&, warmup](std::function<absl::Status()> once) {
+  auto pushed = [&, warmup](std::function<absl::Status(KvPushPhases*)> once) {
     return [&, once, warmup]() -> absl::StatusOr<Sample> {
       for (int i = 0; i < warmup; ++i) {
-        if (absl::Status s = once(); !s.ok()) return s;
+        if (absl::Status s = once(nullptr); !s.ok()) return s;
       }
+      KvPushPhases phases;
       const double c0 = ProcessCpuSeconds() + CpuSecondsOf(rx->pid);
       const double t0 = Now();
-      if (absl::Status s = once(); !s.ok()) return s;
+      if (absl::Status s = once(&phases); !s.ok()) return s;
       const double dt = Now() - t0;
       const double cpu = ProcessCpuSeconds() + CpuSecondsOf(rx->pid) - c0;
-      return Sample{bytes / dt / 1e9, cpu};
+      return Sample{bytes / dt / 1e9, cpu, phases};
     };
   };
   std::vector<Path> paths;
@@ -436,9 +396,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     });
   }
   if (wanted("grpc")) {
-    paths.emplace_back("grpc", "", pushed([&] {
-                         return PushOnce(grpc, rx->target, *layout, tokens, src,
-                                         "grpc");
+    paths.emplace_back("grpc", "", pushed([&](KvPushPhases* phases) {
+                         return PushKvOnce(grpc, rx->target, *layout, tokens,
+                                           src, "grpc", phases);
                        }));
   }
   for (const auto& [name, tls] :
@@ -449,9 +409,10 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
         tls.empty() ? rx->ucx_target : rx->ucx_tcp_target;
     const std::string ref =
         tls.empty() ? "ucx_perftest tag_bw" : "ucx_perftest tag_bw tcp";
-    paths.emplace_back(name, ref, pushed([&, sender, target] {
-                         return PushOnce(*sender, target, *layout, tokens, src,
-                                         "ucx");
+    paths.emplace_back(name, ref,
+                       pushed([&, sender, target](KvPushPhases* phases) {
+                         return PushKvOnce(*sender, target, *layout, tokens,
+                                           src, "ucx", phases);
                        }));
   }
   // UCX's own benchmark at the pushes' chunk size: about as many messages
@@ -484,6 +445,7 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       p.gbps.push_back(g->gbps);
       p.ratio.push_back(g->gbps / memcpy_gbps);
       if (g->cpu_seconds >= 0) p.cpu.push_back(g->cpu_seconds / (bytes / 1e9));
+      if (g->phases) p.phases.push_back(*g->phases);
     }
   }
   absl::Status verified = absl::OkStatus();
@@ -524,6 +486,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       if (!p.cpu.empty()) {
         j["results"][p.name]["cpu_seconds_per_gb"] = Median(p.cpu);
       }
+      if (!p.phases.empty()) {
+        j["results"][p.name]["push_phases_ms"] = KvPushPhasesJson(p.phases);
+      }
       if (!p.reference.empty()) {
         j["results"][p.name]["reference"] = p.reference;
         if (const auto ratio = vs_reference(p)) {
@@ -559,6 +524,18 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   std::printf(
       "(CPU s/GB: this process's CPU time, both ends of a push, per GB "
       "moved)\n");
+  bool any_push = false;
+  for (const Path& p : paths) {
+    if (p.phases.empty()) continue;
+    PrintKvPushPhases(p.name, p.phases, bytes);
+    any_push = true;
+  }
+  if (any_push) {
+    std::printf(
+        "(seal: P copies and seals its chunks, as its export does; post: P "
+        "announces them and waits when ahead of D; commit: D's last "
+        "imports)\n");
+  }
   return 0;
 }
 
