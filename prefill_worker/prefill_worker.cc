@@ -438,8 +438,11 @@ void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
     std::unique_ptr<transport::KvChunkBuffer> bytes =
         push->NewChunkBuffer(layout_.BytesPerTokenPerLayer() * (e - b));
     uint64_t xxh3 = 0;
-    absl::Status s = engine_->ExportLayerKv(
-        seq, layer, b, e, absl::MakeSpan(bytes->data(), bytes->size()), &xxh3);
+    absl::Status s = bytes->Fill([&](Stores stores) {
+      return engine_->ExportLayerKv(
+          seq, layer, b, e, absl::MakeSpan(bytes->data(), bytes->size()), &xxh3,
+          stores);
+    });
     if (!s.ok()) {
       push->Cancel();
       return;

@@ -65,11 +65,12 @@ class ModelRunner {
     return absl::OkStatus();
   }
   // KvCache::ExportLayer / ImportLayer semantics and wire layout (`xxh3`
-  // optional: KvChecksum of the bytes).
+  // optional: KvChecksum of the bytes; `stores`: how `out` is written, a
+  // hint a backend copying from elsewhere may ignore).
   virtual absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
                                      int begin, int end, absl::Span<char> out,
-                                     uint64_t* xxh3) {
-    return kv.ExportLayer(seq, layer, begin, end, out, xxh3);
+                                     uint64_t* xxh3, Stores stores) {
+    return kv.ExportLayer(seq, layer, begin, end, out, xxh3, stores);
   }
   virtual absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer,
                                      int begin, int end,

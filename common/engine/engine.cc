@@ -234,8 +234,10 @@ absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
 }
 
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
-                                   absl::Span<char> out, uint64_t* xxh3) const {
-  return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out, xxh3);
+                                   absl::Span<char> out, uint64_t* xxh3,
+                                   Stores stores) const {
+  return runner_->ExportLayerKv(*kv_, seq, layer, begin, end, out, xxh3,
+                                stores);
 }
 
 absl::Status Engine::ImportLayerKv(SeqId seq, int layer, int begin, int end,

@@ -131,10 +131,11 @@ class Engine {
   absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
                              std::string* out, uint64_t* xxh3 = nullptr) const;
   // Into `out` of exactly kv_layout().BytesPerTokenPerLayer() * (end -
-  // begin) bytes (memory the KV transport registered, for one).
+  // begin) bytes (memory the KV transport registered, for one), written
+  // with `stores` (KvCache::ExportLayer).
   absl::Status ExportLayerKv(SeqId seq, int layer, int begin, int end,
-                             absl::Span<char> out,
-                             uint64_t* xxh3 = nullptr) const;
+                             absl::Span<char> out, uint64_t* xxh3 = nullptr,
+                             Stores stores = Stores::kCached) const;
   absl::Status ImportLayerKv(SeqId seq, int layer, int begin, int end,
                              absl::string_view bytes, uint64_t* xxh3 = nullptr);
   // Sets the length after importing all layers (capacity must cover it).

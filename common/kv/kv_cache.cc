@@ -341,7 +341,8 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
 }
 
 absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
-                                  absl::Span<char> out, uint64_t* xxh3) const {
+                                  absl::Span<char> out, uint64_t* xxh3,
+                                  Stores stores) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
@@ -365,6 +366,18 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
   const kv_internal::TileGeometry g = Geometry();
   const std::vector<int32_t>& table = it->second.blocks;
   const int bs = layout_.block_size;
+  // Streaming: a block's rows are written to a staging buffer that stays
+  // in cache, hashed there and streamed on.
+  const bool streaming = stores == Stores::kStreaming;
+  thread_local std::vector<char> staging;
+  if (streaming) {
+    staging.resize(static_cast<size_t>(bs * row_bytes_ + 64));
+  }
+  char* const stage =
+      streaming ? reinterpret_cast<char*>(
+                      (reinterpret_cast<uintptr_t>(staging.data()) + 63) &
+                      ~uintptr_t{63})
+                : nullptr;
   Xxh3Stream hash;
   for (int kv = 0; kv < 2; ++kv) {
     // Block by block: one block's tiles stay in cache while its rows are
@@ -372,13 +385,17 @@ absl::Status KvCache::ExportLayer(SeqId seq, int layer, int begin, int end,
     for (int pos = begin; pos < end;) {
       const int offset = pos % bs;
       const int count = std::min(end - pos, bs - offset);
+      const int64_t n = count * row_bytes_;
+      char* rows = streaming ? stage : dst;
       kv_internal::TilesToRows(g, kv == 0, Tile(table[pos / bs], layer, kv, 0),
-                               offset, offset + count, dst);
-      if (xxh3 != nullptr) hash.Update(dst, count * row_bytes_);
-      dst += count * row_bytes_;
+                               offset, offset + count, rows);
+      if (xxh3 != nullptr) hash.Update(rows, n);
+      if (streaming) StreamingCopyUnfenced(dst, rows, static_cast<size_t>(n));
+      dst += n;
       pos += count;
     }
   }
+  if (streaming) StreamingFence();
   if (xxh3 != nullptr) *xxh3 = hash.Digest();
   return absl::OkStatus();
 }

@@ -166,10 +166,13 @@ class KvCache {
                            std::string* out, uint64_t* xxh3 = nullptr) const;
   // The same into `out`, which must be exactly 2 * (end - begin) *
   // row_bytes() long (INVALID_ARGUMENT otherwise): memory the caller
-  // provides, e.g. registered with the KV transport.
+  // provides, e.g. registered with the KV transport. Stores::kStreaming
+  // writes `out` with non-temporal stores (fenced before the return), each
+  // block's rows staged (and hashed) in cache on the way; the bytes are the
+  // same.
   absl::Status ExportLayer(SeqId seq, int layer, int begin, int end,
-                           absl::Span<char> out,
-                           uint64_t* xxh3 = nullptr) const;
+                           absl::Span<char> out, uint64_t* xxh3 = nullptr,
+                           Stores stores = Stores::kCached) const;
   // Writes the same layout; capacity must cover `end` (call Reserve first);
   // FAILED_PRECONDITION for a range touching a registered (immutable) block.
   // `xxh3` (optional): set to KvChecksum of `bytes`, hashed block by block

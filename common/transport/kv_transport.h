@@ -8,6 +8,7 @@
 #ifndef PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 #define PDSERVE_COMMON_TRANSPORT_KV_TRANSPORT_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -18,6 +19,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/transport/kv_wire.h"
+#include "common/util/adaptive_stores.h"
+#include "common/util/streaming_copy.h"
 
 namespace pdserve::transport {
 
@@ -38,6 +41,29 @@ class KvChunkBuffer {
   virtual int64_t size() const = 0;
   // The bytes as a string: moved out when they are one, else copied.
   virtual std::string TakeBytes() = 0;
+
+  // Writes the buffer: calls `fill` with how to store the bytes, which is
+  // ordinary stores unless the buffer's reader is another process reading
+  // it in place (store_chooser()), whose chooser gets the fill's timing.
+  absl::Status Fill(const std::function<absl::Status(Stores)>& fill) {
+    AdaptiveStores* chooser = store_chooser();
+    if (chooser == nullptr) return fill(Stores::kCached);
+    const Stores stores = chooser->Choose();
+    const auto start = std::chrono::steady_clock::now();
+    absl::Status s = fill(stores);
+    if (s.ok()) {
+      chooser->Report(stores, size(),
+                      std::chrono::duration<double>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
+    }
+    return s;
+  }
+
+ protected:
+  // How a fill should store for this buffer's reader (AdaptiveStores);
+  // null: ordinary stores.
+  virtual AdaptiveStores* store_chooser() { return nullptr; }
 };
 
 // A KvChunkBuffer that is a string.

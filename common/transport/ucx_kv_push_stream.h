@@ -47,6 +47,16 @@ class UcxChunkBuffer : public KvChunkBuffer {
     if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), clean);
   }
 
+ protected:
+  // A chunk left in place (shared memory D maps) is written the way that
+  // hands it over to D fastest now (the sender's measurements); one sent
+  // as a message keeps ordinary stores.
+  AdaptiveStores* store_chooser() override {
+    return region_ != nullptr && !region_->packed_rkey().empty()
+               ? sender_->in_place_stores()
+               : nullptr;
+  }
+
  private:
   UcxKvSender* const sender_;
   std::unique_ptr<UcxRegion> region_;

@@ -12,7 +12,10 @@
 // handed over as strings are copied into a ring of kSlots registered slots
 // first. At most kSlots sends (or unacknowledged chunks in place) are in
 // flight; a buffer returns to the pool once its send completed or D
-// acknowledged it, all of them after D's commit acknowledgement. Tagged
+// acknowledged it, all of them after D's commit acknowledgement. A buffer
+// left in place is filled (KvChunkBuffer::Fill) with ordinary or
+// non-temporal stores, whichever in_place_stores() measures hands chunks
+// to D faster now (adaptive_stores.h). Tagged
 // rendezvous is what UCX 1.13 moves with one CMA copy over shared memory
 // and RDMA reads between hosts (its one-sided get and put over shared
 // memory go through active-message copies: see DESIGN.md). A failed
@@ -38,6 +41,7 @@
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_transport.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/adaptive_stores.h"
 
 namespace pdserve::transport {
 
@@ -123,6 +127,9 @@ class UcxKvSender : public KvSender {
   KvSender* fallback() const { return fallback_; }
   UcxWorker* worker() const { return worker_; }
   int in_place_unacked() const { return options_.in_place_unacked; }
+  // How chunks left in place are written (UcxChunkBuffer::Fill): measured
+  // across this worker's pushes.
+  AdaptiveStores* in_place_stores() { return &in_place_stores_; }
 
   static constexpr int64_t kRegionRound = int64_t{2} << 20;
 
@@ -138,6 +145,7 @@ class UcxKvSender : public KvSender {
   GrpcKvSender* const grpc_;
   UcxWorker* const worker_;
   KvSender* const fallback_;
+  AdaptiveStores in_place_stores_;
   const Options options_;
   const bool in_place_;  // probe D; chunk buffers in shared memory
   std::atomic<int> in_use_{0};

@@ -266,6 +266,19 @@ TEST(KvCache, ExportImportPlaceEveryElementForAnyBlockAndRange) {
                   .ok());
           EXPECT_EQ(hashed, wire);
           EXPECT_EQ(exported_xxh3, Xxh3(wire.data(), wire.size()));
+          // Non-temporal stores (staged per block) write the same bytes and
+          // hash, into memory at any offset from a cache line.
+          const int shift = static_cast<int>(rng() % 64);
+          std::string streamed(wire.size() + shift, '\x5a');
+          uint64_t streamed_xxh3 = 0;
+          ASSERT_TRUE(kv->ExportLayer(s, layer, begin, end,
+                                      absl::MakeSpan(streamed.data() + shift,
+                                                     wire.size()),
+                                      &streamed_xxh3, Stores::kStreaming)
+                          .ok());
+          EXPECT_EQ(streamed.substr(shift), wire) << "shift " << shift;
+          EXPECT_EQ(streamed.substr(0, shift), std::string(shift, '\x5a'));
+          EXPECT_EQ(streamed_xxh3, exported_xxh3);
         }
       }
     }

@@ -16,6 +16,7 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_wire.h"
+#include "common/util/streaming_copy.h"
 #include "gtest/gtest.h"
 
 namespace pdserve::transport {
@@ -164,7 +165,17 @@ class GrpcTransportTest : public ::testing::Test {
         if (in_place) {
           std::unique_ptr<KvChunkBuffer> bytes = sender.NewChunkBuffer(
               target_, static_cast<int64_t>(c.data().size()));
-          std::memcpy(bytes->data(), c.data().data(), c.data().size());
+          // As the prefill worker's export fills it: the way the buffer
+          // asks for.
+          s = bytes->Fill([&](Stores stores) {
+            if (stores == Stores::kStreaming) {
+              StreamingCopy(bytes->data(), c.data().data(), c.data().size());
+            } else {
+              std::memcpy(bytes->data(), c.data().data(), c.data().size());
+            }
+            return absl::OkStatus();
+          });
+          if (!s.ok()) return s;
           c.clear_data();
           s = (*stream)->SendBuffer(std::move(c), std::move(bytes));
         } else {

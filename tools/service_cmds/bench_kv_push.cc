@@ -52,9 +52,13 @@ absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
       // worker's export does.
       std::unique_ptr<transport::KvChunkBuffer> bytes =
           sender.NewChunkBuffer(target, (e - b) * bpt);
-      c.set_xxh3(CopyWithXxh3(bytes->data(),
-                              src.data() + (int64_t{layer} * tokens + b) * bpt,
-                              (e - b) * bpt));
+      absl::Status filled = bytes->Fill([&](Stores stores) {
+        c.set_xxh3(CopyWithXxh3(
+            bytes->data(), src.data() + (int64_t{layer} * tokens + b) * bpt,
+            (e - b) * bpt, stores));
+        return absl::OkStatus();
+      });
+      if (!filled.ok()) return filled;
       const double t1 = Now();
       absl::Status s = (*stream)->SendBuffer(std::move(c), std::move(bytes));
       const double t2 = Now();

@@ -44,9 +44,10 @@ class CudaRunner : public ModelRunner {
   }
   int num_threads() const override { return 1; }
   absl::Status AttachKvPool(const KvCache& kv) override;
+  // `stores` is ignored: the bytes come from device memory.
   absl::Status ExportLayerKv(const KvCache& kv, SeqId seq, int layer, int begin,
-                             int end, absl::Span<char> out,
-                             uint64_t* xxh3) override;
+                             int end, absl::Span<char> out, uint64_t* xxh3,
+                             Stores stores) override;
   absl::Status ImportLayerKv(KvCache& kv, SeqId seq, int layer, int begin,
                              int end, absl::string_view bytes,
                              uint64_t* xxh3) override;

@@ -80,7 +80,7 @@ absl::Status CudaRunner::CopyRows(const std::vector<int32_t>& table, int layer,
 
 absl::Status CudaRunner::ExportLayerKv(const KvCache& kv, SeqId seq, int layer,
                                        int begin, int end, absl::Span<char> out,
-                                       uint64_t* xxh3) {
+                                       uint64_t* xxh3, Stores) {
   const std::vector<int32_t>* table = kv.BlockTable(seq);
   if (table == nullptr) {
     return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
