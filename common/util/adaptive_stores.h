@@ -4,9 +4,9 @@
 // through the shared cache, unless they have recently been kMargin times
 // slower per byte than non-temporal ones. On the 2-core VM this was built
 // on, the cache handoff is the fastest way most of the time and, in phases
-// lasting seconds, 3-4x slower than memory (docs/performance.md, "KV
-// transfer: the in-place handoff's slow phases"); non-temporal stores hold
-// a steady rate in between. Every kProbeEvery-th choice takes the other
+// lasting seconds, 3-4x slower than memory, while non-temporal stores
+// hold a steady rate throughout (docs/performance.md, "The in-place
+// handoff's slow phases"). Every kProbeEvery-th choice takes the other
 // kind, so both estimates follow the machine. Thread-safe.
 #ifndef PDSERVE_COMMON_UTIL_ADAPTIVE_STORES_H_
 #define PDSERVE_COMMON_UTIL_ADAPTIVE_STORES_H_

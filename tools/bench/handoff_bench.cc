@@ -9,7 +9,7 @@
 // a consumer (alone) as the memory's own rate. On the VM this was written
 // on, cached handoffs alternate between phases at 12-14 GB/s and phases at
 // 3-5 GB/s lasting seconds, while streaming holds 9-12
-// (docs/performance.md "KV transfer: the in-place handoff's slow phases").
+// (docs/performance.md "The in-place handoff's slow phases").
 //
 //   build/tools/handoff_bench [--rounds=6] [--tenths=25] [--buffers=3]
 //
