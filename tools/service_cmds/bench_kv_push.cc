@@ -18,12 +18,6 @@ namespace {
 
 namespace pb = ::pdserve::v1::internal;
 
-double Now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
@@ -31,7 +25,7 @@ absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
                         const std::string& src, const std::string& want,
                         KvPushPhases* phases) {
   KvPushPhases t;
-  const double start = Now();
+  const double start = MonotonicSeconds();
   pb::KvHeader header;
   header.set_request_id("bench");
   header.set_model_fingerprint(kKvBenchFingerprint);
@@ -43,7 +37,7 @@ absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
   for (int layer = 0; layer < layout.num_layers; ++layer) {
     for (auto [b, e] : transport::ChunkTokenRanges(
              0, tokens, bpt, transport::kKvChunkTargetBytes)) {
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       pb::KvChunk c;
       c.set_layer(layer);
       c.set_token_begin(b);
@@ -59,18 +53,18 @@ absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
         return absl::OkStatus();
       });
       if (!filled.ok()) return filled;
-      const double t1 = Now();
+      const double t1 = MonotonicSeconds();
       absl::Status s = (*stream)->SendBuffer(std::move(c), std::move(bytes));
-      const double t2 = Now();
+      const double t2 = MonotonicSeconds();
       t.seal += t1 - t0;
       t.post += t2 - t1;
       if (!s.ok()) return s;
     }
   }
-  const double t0 = Now();
+  const double t0 = MonotonicSeconds();
   auto result = (*stream)->Commit(pb::KvCommit());
-  t.commit = Now() - t0;
-  t.total = Now() - start;
+  t.commit = MonotonicSeconds() - t0;
+  t.total = MonotonicSeconds() - start;
   if (!result.ok()) return result.status();
   if (result->transport != want) {
     return absl::InternalError(

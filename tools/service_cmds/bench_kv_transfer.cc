@@ -83,12 +83,6 @@ namespace {
 
 namespace pb = ::pdserve::v1::internal;
 
-double Now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 void Progress(const std::string& text) {
   std::fprintf(stderr, "\r\033[Kbench-kv-transfer: %s", text.c_str());
   std::fflush(stderr);
@@ -243,9 +237,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     return [&, once]() -> absl::StatusOr<Sample> {
       std::fill(dst.begin(), dst.end(), '\0');
       const double c0 = ProcessCpuSeconds();
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       if (absl::Status s = once(); !s.ok()) return s;
-      const double dt = Now() - t0;
+      const double dt = MonotonicSeconds() - t0;
       const double cpu = ProcessCpuSeconds() - c0;
       if (dst != src) return absl::DataLossError("bytes differ");
       return Sample{bytes / dt / 1e9, cpu};
@@ -261,9 +255,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
       }
       KvPushPhases phases;
       const double c0 = ProcessCpuSeconds() + CpuSecondsOf(rx->pid);
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       if (absl::Status s = once(&phases); !s.ok()) return s;
-      const double dt = Now() - t0;
+      const double dt = MonotonicSeconds() - t0;
       const double cpu = ProcessCpuSeconds() + CpuSecondsOf(rx->pid) - c0;
       return Sample{bytes / dt / 1e9, cpu, phases};
     };
@@ -335,9 +329,9 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
           hash ? "kv import+xxh3 (pass)" : "kv import (pass)", "",
           [&, import_all, hash]() -> absl::StatusOr<Sample> {
             const double c0 = ProcessCpuSeconds();
-            const double t0 = Now();
+            const double t0 = MonotonicSeconds();
             if (absl::Status s = import_all(hash); !s.ok()) return s;
-            const double dt = Now() - t0;
+            const double dt = MonotonicSeconds() - t0;
             return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
           });
     }
@@ -354,7 +348,7 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
           [&, exported, hash]() -> absl::StatusOr<Sample> {
             std::vector<uint64_t> sums(exported->size());
             const double c0 = ProcessCpuSeconds();
-            const double t0 = Now();
+            const double t0 = MonotonicSeconds();
             size_t i = 0;
             for (int l = 0; l < layout->num_layers; ++l) {
               for (auto [b, e] : ranges) {
@@ -365,7 +359,7 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
                 if (!s.ok()) return s;
               }
             }
-            const double dt = Now() - t0;
+            const double dt = MonotonicSeconds() - t0;
             const double cpu = ProcessCpuSeconds() - c0;
             i = 0;
             for (int l = 0; l < layout->num_layers; ++l) {
@@ -383,14 +377,14 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
     }
     paths.emplace_back("xxh3 (pass)", "", [&]() -> absl::StatusOr<Sample> {
       const double c0 = ProcessCpuSeconds();
-      const double t0 = Now();
+      const double t0 = MonotonicSeconds();
       uint64_t sum = 0;
       for (int64_t at = 0; at < bytes; at += chunk_bytes) {
         sum += transport::KvChecksum(absl::string_view(
             src.data() + at,
             static_cast<size_t>(std::min(chunk_bytes, bytes - at))));
       }
-      const double dt = Now() - t0;
+      const double dt = MonotonicSeconds() - t0;
       if (sum == 0) return absl::InternalError("checksums sum to 0");
       return Sample{bytes / dt / 1e9, ProcessCpuSeconds() - c0};
     });
