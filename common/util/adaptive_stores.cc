@@ -21,8 +21,8 @@ AdaptiveStores::AdaptiveStores() : AdaptiveStores(PinnedFromEnvironment()) {}
 Stores AdaptiveStores::Choose() {
   if (pinned_) return *pinned_;
   absl::MutexLock lock(&mu_);
-  const double cached = seconds_per_byte_[0];
-  const double streaming = seconds_per_byte_[1];
+  const double cached = seconds_per_byte_[Index(Stores::kCached)];
+  const double streaming = seconds_per_byte_[Index(Stores::kStreaming)];
   // Unmeasured streaming counts as no better: ordinary stores until a
   // probe says otherwise.
   const Stores best = streaming > 0 && streaming * kMargin < cached

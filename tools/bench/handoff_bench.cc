@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +28,7 @@
 #include <vector>
 
 #include "common/util/streaming_copy.h"
+#include "tools/bench_stats.h"
 
 namespace {
 
@@ -36,24 +36,12 @@ constexpr size_t kPiece = size_t{4} << 20;
 constexpr size_t kTotal = size_t{256} << 20;
 constexpr long kAhead = 2;  // pieces the producer may run ahead
 
-double Now() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 void PinTo(int cpu) {
   if (static_cast<int>(std::thread::hardware_concurrency()) <= cpu) return;
   cpu_set_t set;
   CPU_ZERO(&set);
   CPU_SET(cpu, &set);
   pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // One run of `seconds`: the producer's GB/s per pass over the source.
@@ -83,9 +71,9 @@ std::vector<double> Run(int buffers, bool consumer, pdserve::Stores stores,
   PinTo(1);
   std::vector<double> gbps;
   long k = 0;
-  const double end = Now() + seconds;
-  while (Now() < end) {
-    const double start = Now();
+  const double end = pdserve::MonotonicSeconds() + seconds;
+  while (pdserve::MonotonicSeconds() < end) {
+    const double start = pdserve::MonotonicSeconds();
     for (size_t at = 0; at < kTotal; at += kPiece) {
       while (consumer &&
              k - consumed.load(std::memory_order_acquire) >= kAhead) {
@@ -100,7 +88,7 @@ std::vector<double> Run(int buffers, bool consumer, pdserve::Stores stores,
     }
     while (consumer && consumed.load(std::memory_order_acquire) < k) {
     }
-    gbps.push_back(kTotal / (Now() - start) / 1e9);
+    gbps.push_back(kTotal / (pdserve::MonotonicSeconds() - start) / 1e9);
   }
   stop = true;
   if (consumer) reader.join();
@@ -158,7 +146,7 @@ int main(int argc, char** argv) {
     std::printf("round %d:", r + 1);
     for (Kind& kind : kinds) {
       std::vector<double> g = Run(buffers, kind.consumer, kind.stores, seconds);
-      kind.medians.push_back(Median(g));
+      kind.medians.push_back(pdserve::Median(g));
       kind.minima.push_back(*std::min_element(g.begin(), g.end()));
       std::printf("  %s %.1f (min %.1f)", kind.name, kind.medians.back(),
                   kind.minima.back());
@@ -168,7 +156,8 @@ int main(int argc, char** argv) {
   }
   std::printf("median over the rounds:");
   for (const Kind& kind : kinds) {
-    std::printf("  %s %.1f (lowest %.1f)", kind.name, Median(kind.medians),
+    std::printf("  %s %.1f (lowest %.1f)", kind.name,
+                pdserve::Median(kind.medians),
                 *std::min_element(kind.minima.begin(), kind.minima.end()));
   }
   std::printf("\n");

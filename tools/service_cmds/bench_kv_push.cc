@@ -1,6 +1,5 @@
 #include "tools/service_cmds/bench_kv_push.h"
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -14,11 +13,8 @@
 #include "tools/service_cmds/bench_kv_receiver.h"
 
 namespace pdserve {
-namespace {
 
 namespace pb = ::pdserve::v1::internal;
-
-}  // namespace
 
 absl::Status PushKvOnce(transport::KvSender& sender, const std::string& target,
                         const KvLayout& layout, int tokens,
@@ -104,9 +100,8 @@ void PrintKvPushPhases(const std::string& name,
                           round["seal"].get<double>());
   }
   std::printf(
-      "%s push on P, ms (medians): %.1f in all; seal %.1f (%.2f GB/s), post "
-      "%.1f, "
-      "commit %.1f; per round total/seal:%s\n",
+      "%s push on P, ms (medians): %.1f in all; seal %.1f (%.2f GB/s), "
+      "post %.1f, commit %.1f; per round total/seal:%s\n",
       name.c_str(), j["total"].get<double>(), j["seal"].get<double>(),
       bytes / (j["seal"].get<double>() / 1e3) / 1e9, j["post"].get<double>(),
       j["commit"].get<double>(), per_round.c_str());
