@@ -66,11 +66,14 @@ int UcxLandingPool::in_use() const {
 
 namespace {
 
-// One push's chunks, each received into one landing buffer (taken from
-// the pool at the first chunk P sends as a message, so a push whose chunks
-// all stay in place holds none), or (chunks P left in place) read from P's
-// export buffer, mapped here, and acknowledged in its ack word once the next
-// chunk is fetched or the push ends.
+// One push's chunks, each received into one of two landing buffers (taken
+// from the pool at the first chunk P sends as a message, so a push whose
+// chunks all stay in place holds none), or (chunks P left in place) read
+// from P's export buffer, mapped here, and acknowledged in its ack word once
+// the next chunk is fetched or the push ends. Before a chunk received as a
+// message is handed out, the receive of the next index is posted into the
+// other buffer: the next transfer (a rendezvous P cannot start before D
+// posts its receive) overlaps this chunk's verification and import.
 class UcxChunkSource : public KvChunkSource {
  public:
   UcxChunkSource(UcxKvReceiver* receiver, UcxLandingPool* pool,
@@ -86,17 +89,22 @@ class UcxChunkSource : public KvChunkSource {
 
   ~UcxChunkSource() override {
     AckInPlace();
-    if (landing_ == nullptr) {
-      // No chunk came as a message.
-    } else if (reusable_) {
-      pool_->Return(std::move(landing_));
-    } else {
-      // UCX may still write into it (a receive it did not end): leave it
-      // registered and mapped rather than let another push reuse it.
-      PDSERVE_LOG_WARNING("UCX landing buffer of %lld bytes left behind",
-                          static_cast<long long>(landing_->size()));
-      pool_->Forget();
-      (void)landing_.release();
+    // The receive posted ahead for a chunk that never came (the last one's
+    // successor): no message matches it, so it ends at once.
+    CancelAhead();
+    for (std::unique_ptr<UcxRegion>& landing : landing_) {
+      if (landing == nullptr) {
+        // No chunk came as a message (or only one did).
+      } else if (reusable_) {
+        pool_->Return(std::move(landing));
+      } else {
+        // UCX may still write into it (a receive it did not end): leave it
+        // registered and mapped rather than let another push reuse it.
+        PDSERVE_LOG_WARNING("UCX landing buffer of %lld bytes left behind",
+                            static_cast<long long>(landing->size()));
+        pool_->Forget();
+        (void)landing.release();
+      }
     }
     open_sources_->fetch_sub(1);
   }
@@ -114,18 +122,26 @@ class UcxChunkSource : public KvChunkSource {
                        "push's largest (", max_chunk_bytes_, ")"));
     }
     if (!ref.ucx_rkey().empty()) return FetchInPlace(ref);
-    if (landing_ == nullptr) {
-      auto landing = pool_->Take(max_chunk_bytes_);
-      if (!landing.ok()) return landing.status();
-      landing_ = *std::move(landing);
+    // The chunk's bytes land in the buffer its receive was posted into
+    // ahead, else in the one the last chunk's view (ended now) used.
+    int into = current_;
+    absl::StatusOr<int64_t> n;
+    if (ahead_.posted() && ahead_.tag() == ref.ucx_tag()) {
+      into = 1 - current_;
+      n = receiver_->worker()->AwaitReceive(ahead_, cancelled);
+    } else {
+      // Posted for a chunk P left in place (or none posted).
+      if (!CancelAhead()) return absl::AbortedError("UCX receive not ended");
+      if (absl::Status s = EnsureLanding(into); !s.ok()) return s;
+      if (ref.length() > landing_[into]->size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("KV chunk of ", ref.length(),
+                         " bytes exceeds the UCX landing buffer of ",
+                         landing_[into]->size()));
+      }
+      n = receiver_->worker()->Receive(*landing_[into], 0, ref.length(),
+                                       ref.ucx_tag(), cancelled);
     }
-    if (ref.length() > landing_->size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "KV chunk of ", ref.length(),
-          " bytes exceeds the UCX landing buffer of ", landing_->size()));
-    }
-    auto n = receiver_->worker()->Receive(*landing_, 0, ref.length(),
-                                          ref.ucx_tag(), cancelled);
     if (absl::IsAborted(n.status())) reusable_ = false;
     if (!n.ok()) return n.status();
     if (*n != ref.length()) {
@@ -133,10 +149,12 @@ class UcxChunkSource : public KvChunkSource {
           absl::StrCat("KV chunk: UCX message of ", *n, " bytes, the ",
                        "reference says ", ref.length()));
     }
-    return KvChunkView{
-        ref.layer(), ref.token_begin(), ref.token_end(),
-        absl::string_view(landing_->data(), static_cast<size_t>(ref.length())),
-        ref.xxh3()};
+    current_ = into;
+    PostAhead(ref.ucx_tag());
+    return KvChunkView{ref.layer(), ref.token_begin(), ref.token_end(),
+                       absl::string_view(landing_[into]->data(),
+                                         static_cast<size_t>(ref.length())),
+                       ref.xxh3()};
   }
 
   void Failed(const absl::Status&) override {
@@ -171,6 +189,41 @@ class UcxChunkSource : public KvChunkSource {
         ref.xxh3()};
   }
 
+  // A landing buffer in landing_[i] (every one holds the push's largest
+  // chunk).
+  absl::Status EnsureLanding(int i) {
+    if (landing_[i] != nullptr) return absl::OkStatus();
+    auto landing = pool_->Take(max_chunk_bytes_);
+    if (!landing.ok()) return landing.status();
+    landing_[i] = *std::move(landing);
+    return absl::OkStatus();
+  }
+
+  // Posts the receive of the chunk after `tag` into the buffer the current
+  // chunk's view does not use. Best effort: without it the next chunk is
+  // received when fetched.
+  void PostAhead(uint64_t tag) {
+    if ((tag & UcxKvReceiver::kChunkMask) == UcxKvReceiver::kChunkMask) return;
+    const int other = 1 - current_;
+    if (!EnsureLanding(other).ok()) return;
+    const int64_t bytes = std::min(max_chunk_bytes_, landing_[other]->size());
+    auto op =
+        receiver_->worker()->PostReceive(*landing_[other], 0, bytes, tag + 1);
+    if (op.ok()) ahead_ = *std::move(op);
+  }
+
+  // Cancels the receive posted ahead, if any; false (and the buffers are
+  // not reused) when UCX did not end it.
+  bool CancelAhead() {
+    if (!ahead_.posted()) return true;
+    if (receiver_->worker()->CancelReceive(ahead_, kCancelAheadWait)) {
+      return true;
+    }
+    reusable_ = false;
+    return false;
+  }
+  static constexpr absl::Duration kCancelAheadWait = absl::Seconds(2);
+
   // Tells P that the last chunk fetched in place is no longer read (its
   // view ends with the next Fetch or this source).
   void AckInPlace() {
@@ -190,7 +243,11 @@ class UcxChunkSource : public KvChunkSource {
   std::atomic<int>* const open_sources_;
   const pb::KvUcxSource source_;
   const int64_t max_chunk_bytes_;
-  std::unique_ptr<UcxRegion> landing_;  // null until a chunk is a message
+  // Null until needed (a chunk comes as a message, or a receive is posted
+  // ahead); current_: the one the last message chunk's view uses.
+  std::unique_ptr<UcxRegion> landing_[2];
+  int current_ = 0;
+  UcxRecvOp ahead_;  // the next chunk's receive, posted ahead
   bool reusable_ = true;
   InPlace in_place_;
 };

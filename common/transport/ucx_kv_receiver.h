@@ -1,14 +1,16 @@
 // The decode worker's side of the UCX KV transport: for a push whose header
 // names a UCX tag prefix (pb::KvUcxSource), UcxKvReceiver returns a
 // KvChunkSource that receives each referenced chunk's tagged message (sent
-// by P from its registered export buffer or ring) into a landing buffer
-// registered once and reused (UcxLandingPool; taken at a push's first such
-// message), or, for a chunk P left in place (same host, after Describe's
-// probe), maps P's export buffer (cached per P worker and key) and hands out
-// the bytes where they are. The bytes are then verified and imported by
-// KvTransferService exactly like inline gRPC chunks. What P sent for a push
-// that failed here is received and discarded for a while (UCX cannot cancel
-// P's sends). Thread-safe; a source is driven by one push's handler thread.
+// by P from its registered export buffer or ring) into one of two landing
+// buffers registered once and reused (UcxLandingPool; taken at a push's
+// first such message; the next chunk's receive is posted into the other
+// before this chunk is handed out), or, for a chunk P left in place (same host,
+// after Describe's probe), maps P's export buffer (cached per P worker and key)
+// and hands out the bytes where they are. The bytes are then verified and
+// imported by KvTransferService exactly like inline gRPC chunks. What P sent
+// for a push that failed here is received and discarded for a while (UCX cannot
+// cancel P's sends). Thread-safe; a source is driven by one push's handler
+// thread.
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_KV_RECEIVER_H_
 

@@ -128,6 +128,14 @@ absl::StatusOr<UcxSendOp> UcxWorker::Send(UcxConnection& connection,
 absl::StatusOr<int64_t> UcxWorker::Receive(
     UcxRegion& region, int64_t offset, int64_t bytes, uint64_t tag,
     const std::function<bool()>& cancelled) {
+  auto op = PostReceive(region, offset, bytes, tag);
+  if (!op.ok()) return op.status();
+  return AwaitReceive(*op, cancelled);
+}
+
+absl::StatusOr<UcxRecvOp> UcxWorker::PostReceive(UcxRegion& region,
+                                                 int64_t offset, int64_t bytes,
+                                                 uint64_t tag) {
   if (!InRegion(region, offset, bytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("UCX receive of ", bytes, " bytes at ", offset,
@@ -152,6 +160,19 @@ absl::StatusOr<int64_t> UcxWorker::Receive(
     Posted(r, op, heap_ref.release(), 0);
   }
   if (!op->Done()) Drive(*op);
+  UcxRecvOp out;
+  out.op_ = std::move(op);
+  out.bytes_ = bytes;
+  out.tag_ = tag;
+  return out;
+}
+
+absl::StatusOr<int64_t> UcxWorker::AwaitReceive(
+    UcxRecvOp& recv, const std::function<bool()>& cancelled) {
+  if (!recv.posted()) {
+    return absl::FailedPreconditionError("UCX receive not posted");
+  }
+  const std::shared_ptr<UcxOpState> op = std::move(recv.op_);
   absl::Time cancelled_at = absl::InfiniteFuture();
   bool cancel_sent = false;
   while (true) {
@@ -186,9 +207,23 @@ absl::StatusOr<int64_t> UcxWorker::Receive(
   }
   if (op->status == UCS_ERR_MESSAGE_TRUNCATED) {
     return absl::DataLossError(absl::StrCat("UCX message larger than the ",
-                                            bytes, " bytes announced"));
+                                            recv.bytes_, " bytes announced"));
   }
   return UcxError("UCX receive from the prefill worker", op->status);
+}
+
+bool UcxWorker::CancelReceive(UcxRecvOp& recv, absl::Duration timeout) {
+  if (!recv.posted()) return true;
+  const std::shared_ptr<UcxOpState> op = std::move(recv.op_);
+  if (!op->Done()) {
+    // Not under op->mu: UCX may complete it (callback) inside the call.
+    ucp_request_cancel(static_cast<ucp_worker_h>(worker_), op->request);
+    Wake();
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::MutexLock lock(&op->mu);
+  op->mu.AwaitWithDeadline(absl::Condition(&op->done), deadline);
+  return op->done;
 }
 
 void UcxWorker::DrainLater(uint64_t tag, uint64_t mask,

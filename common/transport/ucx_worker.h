@@ -160,6 +160,20 @@ class UcxSendOp {
   std::shared_ptr<UcxOpState> op_;
 };
 
+// A posted receive (UcxWorker::PostReceive); its region must stay until
+// AwaitReceive returned or CancelReceive returned true.
+class UcxRecvOp {
+ public:
+  bool posted() const { return op_ != nullptr; }
+  uint64_t tag() const { return tag_; }
+
+ private:
+  friend class UcxWorker;
+  std::shared_ptr<UcxOpState> op_;
+  int64_t bytes_ = 0;
+  uint64_t tag_ = 0;
+};
+
 class UcxWorker {
  public:
   // Endpoints unused for this long are closed (a later transfer reconnects).
@@ -225,6 +239,18 @@ class UcxWorker {
   absl::StatusOr<int64_t> Receive(UcxRegion& region, int64_t offset,
                                   int64_t bytes, uint64_t tag,
                                   const std::function<bool()>& cancelled);
+  // Receive in two steps, so that a receiver can post the next message's
+  // receive before it works on this one (the transfer then overlaps its
+  // work): posts the receive, ...
+  absl::StatusOr<UcxRecvOp> PostReceive(UcxRegion& region, int64_t offset,
+                                        int64_t bytes, uint64_t tag);
+  // ... then waits for it as Receive does (the op is spent afterwards).
+  absl::StatusOr<int64_t> AwaitReceive(UcxRecvOp& op,
+                                       const std::function<bool()>& cancelled);
+  // Cancels a posted receive (one that no message matched ends at once);
+  // true when it ended within `timeout`, else its region may still be
+  // written and must not be reused. The op is spent afterwards.
+  bool CancelReceive(UcxRecvOp& op, absl::Duration timeout);
   // For `duration`, receives and discards the messages whose tag matches
   // `tag` under `mask`: what a peer sends for a transfer that failed here,
   // so that its sends complete rather than wait forever (UCX 1.13 cannot

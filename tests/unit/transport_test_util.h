@@ -145,12 +145,14 @@ class GrpcTransportTest : public ::testing::Test {
 
   // Pushes all layers of `tokens` tokens in chunks of up to 4 tokens;
   // `in_place`: each chunk's bytes written into the sender's NewChunkBuffer
-  // (SendBuffer), as the prefill worker exports them.
+  // (SendBuffer), as the prefill worker exports them; with `every_other`,
+  // every other chunk only (the rest handed over as strings).
   absl::StatusOr<KvPushResult> PushAll(KvSender& sender, const std::string& id,
                                        int tokens,
                                        std::vector<pb::KvChunk>* sent,
                                        const std::string& fp = "model-a",
-                                       bool in_place = false) {
+                                       bool in_place = false,
+                                       bool every_other = false) {
     auto stream = sender.Open(target_, Header(id, tokens, fp),
                               absl::Now() + absl::Seconds(10));
     if (!stream.ok()) return stream.status();
@@ -162,7 +164,7 @@ class GrpcTransportTest : public ::testing::Test {
         pb::KvChunk c = MakeChunk(l, layer, b, e, seed++);
         if (sent != nullptr) sent->push_back(c);
         absl::Status s;
-        if (in_place) {
+        if (in_place && (!every_other || seed % 2 == 0)) {
           std::unique_ptr<KvChunkBuffer> bytes = sender.NewChunkBuffer(
               target_, static_cast<int64_t>(c.data().size()));
           // As the prefill worker's export fills it: the way the buffer

@@ -203,6 +203,27 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
   EXPECT_EQ(bad->regions_in_use(), 0);
 }
 
+// Chunks left in place and chunks sent as messages alternate within one
+// push: D posts each message's successor's receive ahead, and cancels it
+// when that chunk stays in place instead. Every chunk arrives identical
+// and no receive stays posted.
+TEST_P(UcxPushTest, ChunksInPlaceAndAsMessagesMixInOnePush) {
+  GrpcKvSender grpc(grpc::InsecureChannelCredentials());
+  auto sender = Sender(&grpc, nullptr);
+  for (const std::string id : {"mixed-1", "mixed-2"}) {
+    std::vector<pb::KvChunk> sent;
+    auto result = PushAll(*sender, id, 10, &sent, "model-a", true, true);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->transport, "ucx");
+    ExpectSame(id, sent);
+    EXPECT_EQ(d_worker_->counters().ops_in_flight.load(), 0);
+    EXPECT_EQ(receiver_->landing_buffers_in_use(), 0);
+  }
+  // Two landing buffers a push at most (D may return the first push's
+  // after the second took its own: they then stay pooled).
+  EXPECT_LE(d_worker_->counters().registrations.load(), 4);
+}
+
 // A buffer D reads in place is filled the way the sender measures hands
 // chunks over fastest (AdaptiveStores; PDSERVE_KV_EXPORT_STORES pins it),
 // one sent as a message with ordinary stores; either way the chunks

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -97,6 +98,78 @@ TEST_P(UcxWorkerTest, TaggedMessagesMoveRegisteredMemory) {
   EXPECT_EQ(p->counters().endpoints.load(), 1);  // cached for the next push
   EXPECT_EQ(p->counters().ops_in_flight.load(), 0);
   EXPECT_EQ(d->counters().ops_in_flight.load(), 0);
+}
+
+// Receives posted ahead of their messages (as D posts the next chunk's
+// while it imports this one) take them in any order; one nobody sends to
+// ends when cancelled and takes nothing afterwards; a message larger than
+// the posted receive is DATA_LOSS.
+TEST_P(UcxWorkerTest, ReceivesPostedAheadTakeTheirMessagesOrAreCancelled) {
+  auto p = WorkerWithTls(GetParam());
+  auto d = WorkerWithTls(GetParam());
+  ASSERT_NE(p, nullptr);
+  ASSERT_NE(d, nullptr);
+  {
+    auto src = p->Allocate(4 << 20);
+    auto a = d->Allocate(2 << 20);
+    auto b = d->Allocate(2 << 20);
+    ASSERT_TRUE(src.ok() && a.ok() && b.ok());
+    const std::string bytes = RandomBytes((*src)->size(), 11);
+    std::memcpy((*src)->data(), bytes.data(), bytes.size());
+    auto conn = p->Connect(d->address(), GetParam() == "tcp");
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    auto never = [] { return false; };
+    auto first = d->PostReceive(**a, 0, (*a)->size(), 21);
+    auto second = d->PostReceive(**b, 0, (*b)->size(), 22);
+    ASSERT_TRUE(first.ok() && second.ok());
+    EXPECT_TRUE(first->posted());
+    EXPECT_EQ(second->tag(), 22u);
+    // The second message first: each lands in its own receive's buffer.
+    auto s2 = p->Send(**conn, **src, 2 << 20, 2 << 20, 22);
+    auto s1 = p->Send(**conn, **src, 0, 1 << 20, 21);
+    ASSERT_TRUE(s1.ok() && s2.ok());
+    auto got1 = d->AwaitReceive(*first, never);
+    auto got2 = d->AwaitReceive(*second, never);
+    ASSERT_TRUE(got1.ok()) << got1.status();
+    ASSERT_TRUE(got2.ok()) << got2.status();
+    EXPECT_EQ(*got1, 1 << 20);
+    EXPECT_EQ(*got2, 2 << 20);
+    EXPECT_FALSE(first->posted());  // spent
+    EXPECT_EQ(std::string((*a)->data(), 1 << 20), bytes.substr(0, 1 << 20));
+    EXPECT_EQ(std::string((*b)->data(), 2 << 20),
+              bytes.substr(2 << 20, 2 << 20));
+    ASSERT_TRUE(s1->Wait(absl::Seconds(10)) && s2->Wait(absl::Seconds(10)));
+
+    // Nobody sends to it: the cancel ends it at once.
+    auto unmatched = d->PostReceive(**a, 0, 4096, 23);
+    ASSERT_TRUE(unmatched.ok());
+    EXPECT_TRUE(d->CancelReceive(*unmatched, absl::Seconds(5)));
+    EXPECT_FALSE(unmatched->posted());
+    EXPECT_EQ(d->counters().ops_in_flight.load(), 0);
+    // A later message with that tag waits for a new receive.
+    std::memset((*a)->data(), 0, 4096);
+    auto late = p->Send(**conn, **src, 0, 4096, 23);
+    ASSERT_TRUE(late.ok());
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ((*a)->data()[0], 0);
+    auto again = d->Receive(**b, 0, 4096, 23, never);
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(std::string((*b)->data(), 4096), bytes.substr(0, 4096));
+    ASSERT_TRUE(late->Wait(absl::Seconds(10)));
+
+    // Larger than the receive posted ahead: DATA_LOSS, never an overflow.
+    auto small = d->PostReceive(**a, 0, 64, 24);
+    ASSERT_TRUE(small.ok());
+    auto big = p->Send(**conn, **src, 0, 1 << 20, 24);
+    ASSERT_TRUE(big.ok());
+    EXPECT_TRUE(absl::IsDataLoss(d->AwaitReceive(*small, never).status()));
+    (void)big->Wait(absl::Seconds(10));
+    // A spent op is refused, not waited on.
+    EXPECT_FALSE(d->AwaitReceive(*small, never).ok());
+    EXPECT_TRUE(d->CancelReceive(*small, absl::Seconds(1)));
+  }
+  EXPECT_EQ(d->counters().ops_in_flight.load(), 0);
+  EXPECT_EQ(d->counters().registrations.load(), 0);
 }
 
 // A receive nobody sends to ends once cancelled; messages of an abandoned
