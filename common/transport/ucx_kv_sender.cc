@@ -57,13 +57,23 @@ void UcxKvSender::ReapLoop() {
   while (!stop_) {
     mu_.AwaitWithTimeout(absl::Condition(&stop_), absl::Milliseconds(100));
     const absl::Time now = absl::Now();
+    // pool_ is in the order regions came back: the last ones up to
+    // warm_bytes stay, however long idle, unless the last push failed.
+    const int64_t warm_bytes = keep_warm_ ? options_.warm_bytes : 0;
+    size_t warm_from = pool_.size();
+    for (int64_t warm = 0; warm_from > 0; --warm_from) {
+      warm += pool_[warm_from - 1].region->size();
+      if (warm > warm_bytes) break;
+    }
     std::vector<Pooled> drop;
-    for (auto it = pool_.begin(); it != pool_.end();) {
-      if (now - it->since >= options_.pool_idle && now >= it->not_before) {
-        drop.push_back(std::move(*it));
-        it = pool_.erase(it);
+    for (size_t i = 0; i < warm_from;) {
+      Pooled& p = pool_[i];
+      if (now - p.since >= options_.pool_idle && now >= p.not_before) {
+        drop.push_back(std::move(p));
+        pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
+        --warm_from;
       } else {
-        ++it;
+        ++i;
       }
     }
     if (!drop.empty()) {
@@ -113,6 +123,7 @@ void UcxKvSender::ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean) {
     return;
   }
   const absl::Time now = absl::Now();
+  keep_warm_ = clean;
   pool_.push_back(
       Pooled{std::move(region), now, clean ? now : now + options_.quarantine});
   int64_t pooled_bytes = 0;

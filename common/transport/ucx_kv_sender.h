@@ -49,11 +49,22 @@ class UcxKvSender : public KvSender {
  public:
   // Registered memory kept pooled (rings and chunk buffers) at most.
   static constexpr int64_t kMaxPooledBytes = int64_t{128} << 20;
+  // Of which kept registered however long unused (Options::warm_bytes): a
+  // push of 4 MiB chunks, its ring and the chunk buffers in flight.
+  static constexpr int64_t kWarmBytes = int64_t{64} << 20;
   // Chunk slots of a push's ring: the sends one push has in flight at most.
   static constexpr int kSlots = 8;
   struct Options {
-    // Unused pooled regions are unregistered after this long.
+    // Unused pooled regions are unregistered after this long, except the
+    // most recently returned ones up to warm_bytes in all while pushes
+    // succeed: the next push after a pause then finds its memory
+    // registered and mapped (a push into fresh UCX memory runs at 0.6x a
+    // warm one: docs/performance.md, "Warm pushes"). Once a region comes
+    // back from a failed push (its decode worker may be gone), none stays
+    // warm until a push succeeds again, so a prefill worker whose peers
+    // died returns to zero registered bytes.
     absl::Duration pool_idle = absl::Seconds(10);
+    int64_t warm_bytes = kWarmBytes;
     // A failed or cancelled push's region is not reused before this long.
     absl::Duration quarantine = absl::Seconds(2);
     // Leave chunks in place for decode workers on this host that can map
@@ -152,7 +163,9 @@ class UcxKvSender : public KvSender {
   std::atomic<int> pushes_{0};
   absl::Mutex mu_;
   std::map<std::string, Peer> peers_ ABSL_GUARDED_BY(mu_);
-  std::vector<Pooled> pool_ ABSL_GUARDED_BY(mu_);
+  std::vector<Pooled> pool_ ABSL_GUARDED_BY(mu_);  // in the order returned
+  // The last region returned came back clean (Options::warm_bytes).
+  bool keep_warm_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread reaper_;  // unregisters regions idle for pool_idle
 };

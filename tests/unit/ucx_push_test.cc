@@ -93,6 +93,7 @@ TEST_P(UcxPushTest, RegionsAreReusedThenUnregisteredWhenIdle) {
   GrpcKvSender grpc(grpc::InsecureChannelCredentials());
   UcxKvSender::Options o;
   o.pool_idle = absl::Milliseconds(300);
+  o.warm_bytes = 0;  // none kept warm past the idle time
   auto sender = Sender(&grpc, nullptr, o);
   // A larger push, then a smaller one that fits the same pooled region.
   for (auto [id, tokens] : {std::pair<std::string, int>{"big", 10},
@@ -105,6 +106,44 @@ TEST_P(UcxPushTest, RegionsAreReusedThenUnregisteredWhenIdle) {
     EXPECT_EQ(sender->pooled_regions(), 1);
     EXPECT_EQ(p_worker_->counters().registrations.load(), 1);
   }
+  for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(p_worker_->counters().registrations.load(), 0);
+  EXPECT_EQ(sender->pooled_regions(), 0);
+}
+
+// The regions returned last, up to warm_bytes, stay registered past the
+// idle time while pushes succeed: the next push after a pause registers
+// nothing. After a failed push none stays.
+TEST_P(UcxPushTest, RecentRegionsStayWarmPastTheIdleTime) {
+  GrpcKvSender grpc(grpc::InsecureChannelCredentials());
+  UcxKvSender::Options o;
+  o.pool_idle = absl::Milliseconds(100);
+  auto sender = Sender(&grpc, nullptr, o);
+  for (const std::string id : {"before-pause", "after-pause"}) {
+    std::vector<pb::KvChunk> sent;
+    auto result = PushAll(*sender, id, 10, &sent);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ExpectSame(id, sent);
+    EXPECT_EQ(p_worker_->counters().registrations.load(), 1);
+    absl::SleepFor(absl::Milliseconds(600));  // the reaper ran since
+    EXPECT_EQ(sender->pooled_regions(), 1);
+    EXPECT_EQ(p_worker_->counters().registrations.load(), 1);
+    EXPECT_LE(p_worker_->counters().registered_bytes.load(),
+              UcxKvSender::kWarmBytes);
+  }
+  // A push that fails (cancelled here; a dead decode worker alike): its
+  // region returns unclean, and nothing stays warm after the idle time
+  // and the quarantine.
+  auto stream = sender->Open(target_, Header("cancelled", 8),
+                             absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  ASSERT_TRUE((*stream)->Send(MakeChunk(TestLayout(), 0, 0, 8, 3)).ok());
+  (*stream)->Cancel();
+  EXPECT_FALSE((*stream)->Commit(pb::KvCommit()).ok());
+  stream->reset();
   for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
        ++i) {
     absl::SleepFor(absl::Milliseconds(20));
