@@ -66,6 +66,17 @@ class UcxPushTest : public GrpcTransportTest,
     }
   }
 
+  // The sender's idle regions are unregistered (within 10 s): P holds no
+  // UCX memory.
+  void ExpectPoolEmptiesWithin10s(UcxKvSender& sender) {
+    for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    EXPECT_EQ(p_worker_->counters().registrations.load(), 0);
+    EXPECT_EQ(sender.pooled_regions(), 0);
+  }
+
   std::unique_ptr<UcxWorker> p_worker_, d_worker_;
   std::unique_ptr<UcxKvReceiver> receiver_;
 };
@@ -106,12 +117,7 @@ TEST_P(UcxPushTest, RegionsAreReusedThenUnregisteredWhenIdle) {
     EXPECT_EQ(sender->pooled_regions(), 1);
     EXPECT_EQ(p_worker_->counters().registrations.load(), 1);
   }
-  for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(p_worker_->counters().registrations.load(), 0);
-  EXPECT_EQ(sender->pooled_regions(), 0);
+  ExpectPoolEmptiesWithin10s(*sender);
 }
 
 // The regions returned last, up to warm_bytes, stay registered past the
@@ -144,12 +150,7 @@ TEST_P(UcxPushTest, RecentRegionsStayWarmPastTheIdleTime) {
   (*stream)->Cancel();
   EXPECT_FALSE((*stream)->Commit(pb::KvCommit()).ok());
   stream->reset();
-  for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(p_worker_->counters().registrations.load(), 0);
-  EXPECT_EQ(sender->pooled_regions(), 0);
+  ExpectPoolEmptiesWithin10s(*sender);
 }
 
 TEST_P(UcxPushTest, CorruptedBytesAreDataLoss) {
