@@ -1,6 +1,7 @@
 #include "prefill_worker/prefill_worker.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <utility>
 
@@ -44,6 +45,8 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
           ? std::min(options.max_batch_tokens, options.engine.max_batch_tokens)
           : options.engine.max_batch_tokens;
   w->chunk_tokens_ = options.prefill_chunk_tokens;
+  const char* parallel = std::getenv("PDSERVE_KV_EXPORT_PARALLEL");
+  w->parallel_export_ = parallel == nullptr || std::string(parallel) != "0";
   w->fingerprint_ = w->engine_->fingerprint();
   w->layout_ = w->engine_->kv_layout();
   w->free_blocks_ = w->engine_->free_blocks();
@@ -291,7 +294,8 @@ std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
   }
   // The reused range leaves at once, ahead of each layer's computed part.
   for (int layer = 0; layer < layout_.num_layers && reused > 0; ++layer) {
-    EnqueueKvChunks(it.seq, layer, 0, reused, it.push);
+    const KvExportRange range{it.seq, 0, reused, it.push};
+    ExportLayerChunks(layer, absl::MakeConstSpan(&range, 1));
   }
   return it;
 }
@@ -339,14 +343,18 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
     options_.metrics->ObserveBatch(static_cast<int64_t>(fwd.size()),
                                    forward_tokens);
     ExportKvPool();
-    auto on_layer_done = [&](int layer) {
-      for (const auto& [i, range] : ranges) {
-        EnqueueKvChunks(active[i].seq, layer, range.first, range.second,
-                        active[i].push);
-      }
-    };
+    std::vector<KvExportRange> exports;
+    for (const auto& [i, range] : ranges) {
+      exports.push_back(
+          {active[i].seq, range.first, range.second, active[i].push});
+    }
+    auto on_layer_done = [&](int layer) { ExportLayerChunks(layer, exports); };
     const absl::Time pass_start = absl::Now();
     status = engine_->Forward(fwd, &logits, on_layer_done);
+    // What sealing the pass's KV (and any reused prefix's, at admission)
+    // held its compute threads up: the push's cost on the prefill's path.
+    options_.metrics->ObserveKvExport(pass_export_seconds_);
+    pass_export_seconds_ = 0;
     // The cost fit (--mode=auto) samples forward passes, seconds against the
     // prompt tokens computed in them: a request's own elapsed time would
     // include the other prompts' chunks sharing its passes.
@@ -424,32 +432,75 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
   it.job->done = true;
 }
 
-void PrefillWorker::EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
-                                    PushPipeline* push) {
-  for (auto [b, e] :
-       transport::ChunkTokenRanges(begin, end, layout_.BytesPerTokenPerLayer(),
-                                   transport::kKvChunkTargetBytes)) {
-    pb::KvChunk chunk;
-    chunk.set_layer(layer);
-    chunk.set_token_begin(b);
-    chunk.set_token_end(e);
+void PrefillWorker::ExportLayerChunks(int layer,
+                                      absl::Span<const KvExportRange> ranges) {
+  const auto start = absl::Now();
+  const int64_t bytes_per_token = layout_.BytesPerTokenPerLayer();
+  struct Chunk {
+    const KvExportRange* range;
+    int begin;
+    int end;
     // Into memory the push sends from (UCX: registered, no copy), sealed
     // on the way: the export hashes the bytes as it writes them.
-    std::unique_ptr<transport::KvChunkBuffer> bytes =
-        push->NewChunkBuffer(layout_.BytesPerTokenPerLayer() * (e - b));
+    std::unique_ptr<transport::KvChunkBuffer> bytes;
     uint64_t xxh3 = 0;
-    absl::Status s = bytes->Fill([&](Stores stores) {
-      return engine_->ExportLayerKv(
-          seq, layer, b, e, absl::MakeSpan(bytes->data(), bytes->size()), &xxh3,
-          stores);
-    });
-    if (!s.ok()) {
-      push->Cancel();
-      return;
+    absl::Status status;
+  };
+  std::vector<Chunk> chunks;
+  for (const KvExportRange& range : ranges) {
+    for (auto [b, e] :
+         transport::ChunkTokenRanges(range.begin, range.end, bytes_per_token,
+                                     transport::kKvChunkTargetBytes)) {
+      chunks.push_back({&range, b, e, nullptr});
     }
-    chunk.set_xxh3(xxh3);
-    push->Enqueue(std::move(chunk), std::move(bytes));
   }
+  std::vector<PushPipeline*> failed;
+  auto has_failed = [&](PushPipeline* push) {
+    return std::find(failed.begin(), failed.end(), push) != failed.end();
+  };
+  // A group at a time, so that a long reused prefix does not hold all its
+  // chunk buffers at once before the push takes any.
+  for (size_t first = 0; first < chunks.size(); first += kExportGroupChunks) {
+    const size_t last = std::min(chunks.size(), first + kExportGroupChunks);
+    for (size_t i = first; i < last; ++i) {
+      Chunk& c = chunks[i];
+      if (has_failed(c.range->push)) continue;
+      c.bytes =
+          c.range->push->NewChunkBuffer(bytes_per_token * (c.end - c.begin));
+    }
+    auto fill = [&](int k) {
+      Chunk& c = chunks[first + k];
+      if (c.bytes == nullptr) return;
+      c.status = c.bytes->Fill([&](Stores stores) {
+        return engine_->ExportLayerKv(
+            c.range->seq, layer, c.begin, c.end,
+            absl::MakeSpan(c.bytes->data(), c.bytes->size()), &c.xxh3, stores);
+      });
+    };
+    const int n = static_cast<int>(last - first);
+    if (parallel_export_ && n > 1) {
+      engine_->ForEachParallel(n, fill);
+    } else {
+      for (int k = 0; k < n; ++k) fill(k);
+    }
+    for (size_t i = first; i < last; ++i) {
+      Chunk& c = chunks[i];
+      PushPipeline* push = c.range->push;
+      if (c.bytes == nullptr || has_failed(push)) continue;
+      if (!c.status.ok()) {
+        push->Cancel();
+        failed.push_back(push);
+        continue;
+      }
+      pb::KvChunk chunk;
+      chunk.set_layer(layer);
+      chunk.set_token_begin(c.begin);
+      chunk.set_token_end(c.end);
+      chunk.set_xxh3(c.xxh3);
+      push->Enqueue(std::move(chunk), std::move(c.bytes));
+    }
+  }
+  pass_export_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
 }
 
 void PrefillWorker::ExportKvPool() {

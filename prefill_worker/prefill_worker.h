@@ -101,16 +101,34 @@ class PrefillWorker final : public pb::Prefill::Service,
   void ReapPushes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Exports the KV pool occupancy (compute thread).
   void ExportKvPool();
-  // Exports tokens [begin, end) of `layer` of `seq` as sealed chunks into
-  // `push` (cancels the push on failure). Compute thread.
-  void EnqueueKvChunks(SeqId seq, int layer, int begin, int end,
-                       PushPipeline* push);
+  // Chunks of a layer sealed together at most (and so held before the push
+  // takes them): 8 (32 MiB).
+  static constexpr size_t kExportGroupChunks = 8;
+  // Tokens [begin, end) of a sequence's layer, bound for `push`.
+  struct KvExportRange {
+    SeqId seq = 0;
+    int begin = 0;
+    int end = 0;
+    PushPipeline* push = nullptr;
+  };
+  // Exports `ranges` of `layer` as sealed chunks into their pushes, in order
+  // per push. A layer cut into several chunks (several prompts in the pass,
+  // or a long chunk of one) has them sealed by all the compute threads at
+  // once, which would otherwise wait for this one; no chunk is cut for that
+  // (each costs the push and the decode worker a fixed ~0.2 ms: DESIGN.md).
+  // A push whose export fails is cancelled. Compute thread; adds its wall
+  // time to pass_export_seconds_.
+  void ExportLayerChunks(int layer, absl::Span<const KvExportRange> ranges);
 
   const PrefillWorkerOptions options_;
   transport::KvSender* const sender_;
   std::unique_ptr<Engine> engine_;  // driven by the compute thread only
   int max_batch_tokens_ = 0;
   int chunk_tokens_ = 0;
+  // A layer's chunks are sealed by all compute threads at once (off with
+  // PDSERVE_KV_EXPORT_PARALLEL=0, for A/B runs).
+  bool parallel_export_ = true;
+  double pass_export_seconds_ = 0;  // compute thread
   std::string fingerprint_;
   KvLayout layout_;
 

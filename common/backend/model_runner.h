@@ -50,6 +50,13 @@ class ModelRunner {
   // Weight bytes one forward pass reads (all but an untied embedding table).
   virtual int64_t weight_bytes_per_pass() const = 0;
   virtual int num_threads() const = 0;
+  // Runs fn(i) for every i in [0, n), each on one of the compute threads,
+  // and returns when all have run: for per-chunk work between the layers of
+  // a pass (on_layer_done) or between passes, never inside Forward's own
+  // parallel work. The default runs them in order on the calling thread.
+  virtual void ForEachParallel(int n, const std::function<void(int)>& fn) {
+    for (int i = 0; i < n; ++i) fn(i);
+  }
   // What else decides this runner's bits beyond the model, dtype and
   // quantization (e.g. "bf16-amx": AMX's sums, which depend on the CPU);
   // empty when nothing. Part of the engine's fingerprint.

@@ -225,6 +225,10 @@ absl::Status Engine::Forward(
   return absl::OkStatus();
 }
 
+void Engine::ForEachParallel(int n, const std::function<void(int)>& fn) {
+  runner_->ForEachParallel(n, fn);
+}
+
 absl::Status Engine::ExportLayerKv(SeqId seq, int layer, int begin, int end,
                                    std::string* out, uint64_t* xxh3) const {
   out->resize(end > begin

@@ -125,6 +125,12 @@ class Engine {
       absl::Span<const ForwardItem> items, std::vector<float>* logits,
       const std::function<void(int layer)>& on_layer_done = nullptr);
 
+  // Runs fn(0..n-1) on the backend's compute threads, each index on one
+  // thread (ModelRunner::ForEachParallel): from the driving thread between
+  // passes or from on_layer_done. `fn` may call the const KV exports below
+  // concurrently (each into its own buffer), nothing else of the engine.
+  void ForEachParallel(int n, const std::function<void(int)>& fn);
+
   // KV wire access, per layer, tokens [begin, end): K bytes then V bytes,
   // each [tokens][kv_heads][head_dim] in the KV dtype. `xxh3` (optional):
   // KvChecksum of the bytes, computed on the way (KvCache::ExportLayer).

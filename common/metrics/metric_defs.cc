@@ -72,6 +72,10 @@ constexpr MetricDef kDefs[] = {
      "Sequences in one prefill forward pass."},
     {"pdserve_prefill_batch_tokens", kH, "prefill", "", "tokens",
      "Prompt tokens computed in one prefill forward pass."},
+    {"pdserve_prefill_kv_export_seconds", kH, "prefill", "", "seconds",
+     "Wall time one prefill forward pass spent sealing KV chunks for its "
+     "pushes (between its layers, with a reused prefix's at admission): "
+     "what pushing the KV adds to the prefill's own time."},
     {"pdserve_prefill_compute_seconds", kH, "prefill|decode", "role", "seconds",
      "Wall time of one request's prefill compute (all its chunks); decode "
      "workers report local (colocated) prefills."},

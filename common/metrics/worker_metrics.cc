@@ -103,6 +103,9 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
                       .Add({}, BatchSizeBuckets())),
       batch_tokens_(HistogramFamily(registry, "pdserve_prefill_batch_tokens")
                         .Add({}, TokenCountBuckets())),
+      kv_export_seconds_(
+          HistogramFamily(registry, "pdserve_prefill_kv_export_seconds")
+              .Add({}, LatencyBuckets())),
       pushed_bytes_(CounterFamily(registry, "pdserve_kv_pushed_bytes_total")),
       push_seconds_(HistogramFamily(registry, "pdserve_kv_push_seconds")
                         .Add({}, LatencyBuckets())),
@@ -129,6 +132,10 @@ PrefillMetrics::PrefillMetrics(prometheus::Registry& registry)
 
 void PrefillMetrics::SetQueueDepth(int64_t requests) {
   queue_depth_.Set(static_cast<double>(requests));
+}
+
+void PrefillMetrics::ObserveKvExport(double seconds) {
+  kv_export_seconds_.Observe(seconds);
 }
 
 void PrefillMetrics::ObserveBatch(int64_t sequences, int64_t tokens) {

@@ -78,6 +78,8 @@ class PrefillMetrics {
   void SetQueueDepth(int64_t requests);
   // One forward pass over `sequences` prompts with `tokens` new tokens.
   void ObserveBatch(int64_t sequences, int64_t tokens);
+  // A forward pass's compute thread sealed KV chunks for `seconds`.
+  void ObserveKvExport(double seconds);
   // A push acknowledged by the decode worker: payload bytes, first byte sent
   // to last ack, transport ("grpc" | "ucx"). Adds bytes by
   // transport, observes seconds and bytes/seconds, counts the push by
@@ -95,6 +97,7 @@ class PrefillMetrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Histogram& batch_size_;
   prometheus::Histogram& batch_tokens_;
+  prometheus::Histogram& kv_export_seconds_;
   prometheus::Family<prometheus::Counter>& pushed_bytes_;  // by transport
   prometheus::Histogram& push_seconds_;
   prometheus::Histogram& push_bandwidth_;

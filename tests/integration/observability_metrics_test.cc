@@ -224,6 +224,10 @@ TEST(ObservabilityTest, EveryMetricMovesByWhatTheClientSaw) {
               n_d);
     EXPECT_EQ(p.Sum("pdserve_kv_push_failures_total"), 0);
     EXPECT_EQ(Value(p, "pdserve_prefill_batch_tokens_sum"), d_prompt);
+    // One export observation per forward pass, and sealing took some time.
+    EXPECT_EQ(Value(p, "pdserve_prefill_kv_export_seconds_count"),
+              Value(p, "pdserve_prefill_batch_tokens_count"));
+    EXPECT_GT(Value(p, "pdserve_prefill_kv_export_seconds_sum"), 0);
     EXPECT_EQ(Value(p, "pdserve_prefill_compute_seconds_count",
                     {{"role", "prefill"}}),
               n_d);

@@ -5,7 +5,9 @@
 // apart.
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/engine/engine.h"
@@ -123,6 +125,76 @@ TEST(KvTransfer, LargeImportsWithStreamingStoresContinueBitIdentically) {
     ASSERT_TRUE(back == sent) << "layer " << layer;
   }
   DecodeBothAndCompare(*a, sa, *b, sb, la, 4);
+}
+
+// What a prefill worker does between layers (PrefillWorker::
+// ExportLayerChunks): the compute threads seal a layer's chunks at once,
+// each into its own buffer, in both store kinds. Every chunk equals, byte
+// for byte and checksum, the export made afterwards on one thread; every
+// index runs once, and with two threads both take part (ParallelFor splits
+// by index, not timing).
+TEST(KvTransfer, ChunksSealedInParallelBetweenLayersEqualOneThreadsExports) {
+  auto a = MakeEngine("models/stories260K", DType::kF32, 2, 16);
+  ASSERT_NE(a, nullptr);
+  for (int n : {0, 1, 2, 3, 17}) {
+    std::vector<int> runs(n, 0);
+    a->ForEachParallel(n, [&](int i) { ++runs[i]; });
+    EXPECT_EQ(std::count(runs.begin(), runs.end(), 1), n) << n;
+  }
+  const auto prompts = ReferencePrompts();
+  std::vector<SeqId> seqs;
+  std::vector<Engine::ForwardItem> items;
+  for (int p = 0; p < 2; ++p) {
+    seqs.push_back(*a->CreateSequence());
+    items.push_back({seqs.back(), prompts[p], true});
+  }
+  struct Chunk {
+    SeqId seq;
+    int layer, begin, end;
+    Stores stores;
+    std::string bytes;
+    uint64_t xxh3 = 0;
+    std::thread::id thread;
+  };
+  std::vector<Chunk> chunks;
+  const int64_t bpt = a->kv_layout().BytesPerTokenPerLayer();
+  std::vector<float> logits;
+  ASSERT_TRUE(
+      a->Forward(items, &logits, [&](int layer) {
+         std::vector<Chunk> layer_chunks;
+         for (size_t p = 0; p < items.size(); ++p) {
+           const int len = static_cast<int>(items[p].tokens.size());
+           for (int b = 0; b < len; b += 5) {
+             const int e = std::min(len, b + 5);
+             layer_chunks.push_back(
+                 {items[p].seq, layer, b, e,
+                  b % 2 == 0 ? Stores::kCached : Stores::kStreaming,
+                  std::string(bpt * (e - b), '\0')});
+           }
+         }
+         a->ForEachParallel(static_cast<int>(layer_chunks.size()), [&](int i) {
+           Chunk& c = layer_chunks[i];
+           c.thread = std::this_thread::get_id();
+           ASSERT_TRUE(a->ExportLayerKv(c.seq, c.layer, c.begin, c.end,
+                                        absl::MakeSpan(c.bytes), &c.xxh3,
+                                        c.stores)
+                           .ok());
+         });
+         for (Chunk& c : layer_chunks) chunks.push_back(std::move(c));
+       }).ok());
+  ASSERT_FALSE(chunks.empty());
+  std::set<std::thread::id> threads;
+  for (const Chunk& c : chunks) {
+    std::string bytes;
+    uint64_t xxh3 = 0;
+    ASSERT_TRUE(
+        a->ExportLayerKv(c.seq, c.layer, c.begin, c.end, &bytes, &xxh3).ok());
+    EXPECT_TRUE(bytes == c.bytes)
+        << "layer " << c.layer << " [" << c.begin << ", " << c.end << ")";
+    EXPECT_EQ(xxh3, c.xxh3);
+    threads.insert(c.thread);
+  }
+  EXPECT_EQ(threads.size(), 2u);
 }
 
 TEST(KvTransfer, FingerprintDiffersAcrossModelsAndDtypes) {

@@ -66,6 +66,9 @@ class CpuRunner : public ModelRunner {
     return lm_head_ == &embed_ ? weight_bytes_ : weight_bytes_ - embed_.bytes();
   }
   int num_threads() const override { return pool_->num_threads(); }
+  void ForEachParallel(int n, const std::function<void(int)>& fn) override {
+    ParallelRows(n, [&](int64_t i) { fn(static_cast<int>(i)); });
+  }
   std::string numerics() const override {
     return options_.weight_dtype == DType::kBF16 && UseAmxBf16() ? "bf16-amx"
                                                                  : "";
