@@ -115,7 +115,8 @@ class PrefillWorker final : public pb::Prefill::Service,
   // per push. A layer cut into several chunks (several prompts in the pass,
   // or a long chunk of one) has them sealed by all the compute threads at
   // once, which would otherwise wait for this one; no chunk is cut for that
-  // (each costs the push and the decode worker a fixed ~0.2 ms: DESIGN.md).
+  // (each costs the push and the decode worker a fixed 0.1-0.2 ms or more:
+  // DESIGN.md).
   // A push whose export fails is cancelled. Compute thread; adds its wall
   // time to pass_export_seconds_.
   void ExportLayerChunks(int layer, absl::Span<const KvExportRange> ranges);
