@@ -437,9 +437,9 @@ void PrefillWorker::ExportLayerChunks(int layer,
   const auto start = absl::Now();
   const int64_t bytes_per_token = layout_.BytesPerTokenPerLayer();
   struct Chunk {
-    const KvExportRange* range;
-    int begin;
-    int end;
+    const KvExportRange* range = nullptr;
+    int begin = 0;
+    int end = 0;
     // Into memory the push sends from (UCX: registered, no copy), sealed
     // on the way: the export hashes the bytes as it writes them.
     std::unique_ptr<transport::KvChunkBuffer> bytes;
@@ -451,7 +451,10 @@ void PrefillWorker::ExportLayerChunks(int layer,
     for (auto [b, e] :
          transport::ChunkTokenRanges(range.begin, range.end, bytes_per_token,
                                      transport::kKvChunkTargetBytes)) {
-      chunks.push_back({&range, b, e, nullptr});
+      Chunk& c = chunks.emplace_back();
+      c.range = &range;
+      c.begin = b;
+      c.end = e;
     }
   }
   std::vector<PushPipeline*> failed;

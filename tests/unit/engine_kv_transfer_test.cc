@@ -149,9 +149,9 @@ TEST(KvTransfer, ChunksSealedInParallelBetweenLayersEqualOneThreadsExports) {
     items.push_back({seqs.back(), prompts[p], true});
   }
   struct Chunk {
-    SeqId seq;
-    int layer, begin, end;
-    Stores stores;
+    SeqId seq = 0;
+    int layer = 0, begin = 0, end = 0;
+    Stores stores = Stores::kCached;
     std::string bytes;
     uint64_t xxh3 = 0;
     std::thread::id thread;
@@ -166,10 +166,13 @@ TEST(KvTransfer, ChunksSealedInParallelBetweenLayersEqualOneThreadsExports) {
            const int len = static_cast<int>(items[p].tokens.size());
            for (int b = 0; b < len; b += 5) {
              const int e = std::min(len, b + 5);
-             layer_chunks.push_back(
-                 {items[p].seq, layer, b, e,
-                  b % 2 == 0 ? Stores::kCached : Stores::kStreaming,
-                  std::string(bpt * (e - b), '\0')});
+             Chunk& c = layer_chunks.emplace_back();
+             c.seq = items[p].seq;
+             c.layer = layer;
+             c.begin = b;
+             c.end = e;
+             c.stores = b % 2 == 0 ? Stores::kCached : Stores::kStreaming;
+             c.bytes.assign(bpt * (e - b), '\0');
            }
          }
          a->ForEachParallel(static_cast<int>(layer_chunks.size()), [&](int i) {
