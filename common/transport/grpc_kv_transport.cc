@@ -250,6 +250,8 @@ grpc::Status KvTransferService::Push(
         s = (*sink)->OnChunk(*chunk, sink_hashes ? &xxh3 : nullptr);
         if (s.ok() && sink_hashes) s = KvCoverage::VerifyChecksum(*chunk, xxh3);
       }
+      // The sink has read the bytes: P may reuse a buffer D read in place.
+      if (msg.has_chunk_ref()) (*source)->Consumed();
       if (absl::IsDataLoss(s)) {
         counters_.checksum_failures.fetch_add(1);
         (*sink)->OnChecksumFailure();

@@ -156,12 +156,16 @@ class KvSink {
 class KvChunkSource {
  public:
   virtual ~KvChunkSource() = default;
-  // The chunk `ref` names; its bytes are valid until the next Fetch or the
-  // source's destruction. INVALID_ARGUMENT for a malformed reference;
-  // `cancelled` (the push stream broke or was cancelled) may end a slow
-  // fetch (CANCELLED).
+  // The chunk `ref` names; its bytes are valid until Consumed, the next
+  // Fetch or the source's destruction. INVALID_ARGUMENT for a malformed
+  // reference; `cancelled` (the push stream broke or was cancelled) may end
+  // a slow fetch (CANCELLED).
   virtual absl::StatusOr<KvChunkView> Fetch(
       const pb::KvChunkRef& ref, const std::function<bool()>& cancelled) = 0;
+  // The last fetched chunk's bytes are no longer read (the sink returned):
+  // a source reading P's memory in place tells P at once, rather than when
+  // the next chunk's reference arrives one control-stream message later.
+  virtual void Consumed() {}
   // The push failed with `status` (P may be gone): drop what connects this
   // process to P once no other push uses it.
   virtual void Failed(const absl::Status& status) {}

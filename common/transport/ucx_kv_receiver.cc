@@ -70,10 +70,11 @@ namespace {
 // from the pool at the first chunk P sends as a message, so a push whose
 // chunks all stay in place holds none), or (chunks P left in place) read
 // from P's export buffer, mapped here, and acknowledged in its ack word once
-// the next chunk is fetched or the push ends. Before a chunk received as a
-// message is handed out, the receive of the next index is posted into the
-// other buffer: the next transfer (a rendezvous P cannot start before D
-// posts its receive) overlaps this chunk's verification and import.
+// the sink has consumed it (or the next chunk is fetched, or the push ends).
+// Before a chunk received as a message is handed out, the receive of the next
+// index is posted into the other buffer: the next transfer (a rendezvous P
+// cannot start before D posts its receive) overlaps this chunk's verification
+// and import.
 class UcxChunkSource : public KvChunkSource {
  public:
   UcxChunkSource(UcxKvReceiver* receiver, UcxLandingPool* pool,
@@ -157,6 +158,8 @@ class UcxChunkSource : public KvChunkSource {
                        ref.xxh3()};
   }
 
+  void Consumed() override { AckInPlace(); }
+
   void Failed(const absl::Status&) override {
     receiver_->Abandon(source_);
     receiver_->ForgetPeer(source_.worker_address());
@@ -225,7 +228,7 @@ class UcxChunkSource : public KvChunkSource {
   static constexpr absl::Duration kCancelAheadWait = absl::Seconds(2);
 
   // Tells P that the last chunk fetched in place is no longer read (its
-  // view ends with the next Fetch or this source).
+  // view ends with Consumed, the next Fetch or this source).
   void AckInPlace() {
     if (in_place_.memory == nullptr) return;
     __atomic_store_n(in_place_.ack, in_place_.tag, __ATOMIC_RELEASE);

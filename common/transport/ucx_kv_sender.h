@@ -75,7 +75,8 @@ class UcxKvSender : public KvSender {
     // 2, so P runs one chunk ahead of D's import and the chunk D reads next
     // is the one P just wrote, still in the shared L3 (measured: 1.2-1.3x a
     // 268 MB push's bandwidth with 8, docs/performance.md "KV transfer").
-    // At least 2: D acknowledges a chunk when it moves on to the next one.
+    // At least 2: D acknowledges a chunk once its import returned, so with
+    // 1 P would seal no chunk while D imports the last.
     // A D that acknowledges nothing for 20 ms gets up to kSlots (the push
     // stream, MakeRoomInPlace). PDSERVE_UCX_IN_PLACE_UNACKED=N (2..kSlots)
     // sets it, for A/B runs.

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/grpc_kv_transport.h"
+#include "common/transport/ucx_kv_push_stream.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
@@ -241,6 +242,54 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
   EXPECT_TRUE(absl::IsDataLoss(result.status())) << result.status();
   EXPECT_FALSE(factory_.Get("in-place-bad").committed);
   EXPECT_EQ(bad->regions_in_use(), 0);
+}
+
+// D acknowledges a chunk it read in place as soon as its sink returned,
+// not when the next chunk's reference arrives: P's flow control waits on
+// D's import, not on one more control-stream message.
+TEST_P(UcxPushTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
+  if (!GetParam().empty()) {
+    GTEST_SKIP() << "over UCX_TLS=tcp chunks go as messages, not in place";
+  }
+  GrpcKvSender grpc(grpc::InsecureChannelCredentials());
+  auto sender = Sender(&grpc, nullptr);
+  const std::string id = "acked-early";
+  auto stream = sender->Open(target_, Header(id, 10, "model-a"),
+                             absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  const KvLayout l = TestLayout();
+  std::vector<pb::KvChunk> sent;
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    sent.push_back(MakeChunk(l, layer, 0, 10, layer + 1));
+  }
+  const uint64_t* first_ack = nullptr;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    pb::KvChunk c = sent[i];
+    std::unique_ptr<KvChunkBuffer> bytes =
+        sender->NewChunkBuffer(target_, static_cast<int64_t>(c.data().size()));
+    auto* own = dynamic_cast<UcxChunkBuffer*>(bytes.get());
+    ASSERT_NE(own, nullptr);
+    if (i == 0) first_ack = own->ack_word();
+    std::memcpy(bytes->data(), c.data().data(), c.data().size());
+    c.clear_data();
+    ASSERT_TRUE((*stream)->SendBuffer(std::move(c), std::move(bytes)).ok());
+    if (i != 0) continue;
+    // Only the first chunk is out: D's sink takes it, then its ack word
+    // holds the chunk's tag while no further reference has been sent.
+    bool acked = false;
+    for (int wait = 0; wait < 1000 && !acked; ++wait) {
+      acked = factory_.Get(id).chunks.size() == 1 &&
+              __atomic_load_n(first_ack, __ATOMIC_ACQUIRE) != 0;
+      if (!acked) absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(acked) << "chunk 0 unacknowledged after its import";
+  }
+  pb::KvCommit commit;
+  commit.mutable_first_token()->set_id(42);
+  auto result = (*stream)->Commit(commit);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ExpectSame(id, sent);
+  EXPECT_EQ(sender->regions_in_use(), 0);
 }
 
 // Chunks left in place and chunks sent as messages alternate within one
