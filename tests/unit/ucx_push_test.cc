@@ -246,11 +246,11 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
 
 // D acknowledges a chunk it read in place as soon as its sink returned,
 // not when the next chunk's reference arrives: P's flow control waits on
-// D's import, not on one more control-stream message.
-TEST_P(UcxPushTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
-  if (!GetParam().empty()) {
-    GTEST_SKIP() << "over UCX_TLS=tcp chunks go as messages, not in place";
-  }
+// D's import, not on one more control-stream message. Shared memory only
+// (over UCX_TLS=tcp chunks go as messages: nothing is read in place).
+class UcxInPlaceAckTest : public UcxPushTest {};
+
+TEST_P(UcxInPlaceAckTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
   GrpcKvSender grpc(grpc::InsecureChannelCredentials());
   auto sender = Sender(&grpc, nullptr);
   const std::string id = "acked-early";
@@ -262,27 +262,33 @@ TEST_P(UcxPushTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
   for (int layer = 0; layer < l.num_layers; ++layer) {
     sent.push_back(MakeChunk(l, layer, 0, 10, layer + 1));
   }
-  const uint64_t* first_ack = nullptr;
-  for (size_t i = 0; i < sent.size(); ++i) {
+  // Sends sent[i] in place; returns its buffer's ack word (null: not a
+  // buffer D can read in place).
+  auto send_in_place = [&](size_t i) -> const uint64_t* {
     pb::KvChunk c = sent[i];
     std::unique_ptr<KvChunkBuffer> bytes =
         sender->NewChunkBuffer(target_, static_cast<int64_t>(c.data().size()));
     auto* own = dynamic_cast<UcxChunkBuffer*>(bytes.get());
-    ASSERT_NE(own, nullptr);
-    if (i == 0) first_ack = own->ack_word();
+    if (own == nullptr) return nullptr;
+    const uint64_t* ack = own->ack_word();
     std::memcpy(bytes->data(), c.data().data(), c.data().size());
     c.clear_data();
-    ASSERT_TRUE((*stream)->SendBuffer(std::move(c), std::move(bytes)).ok());
-    if (i != 0) continue;
-    // Only the first chunk is out: D's sink takes it, then its ack word
-    // holds the chunk's tag while no further reference has been sent.
-    bool acked = false;
-    for (int wait = 0; wait < 1000 && !acked; ++wait) {
-      acked = factory_.Get(id).chunks.size() == 1 &&
-              __atomic_load_n(first_ack, __ATOMIC_ACQUIRE) != 0;
-      if (!acked) absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_TRUE(acked) << "chunk 0 unacknowledged after its import";
+    EXPECT_TRUE((*stream)->SendBuffer(std::move(c), std::move(bytes)).ok());
+    return ack;
+  };
+  const uint64_t* first_ack = send_in_place(0);
+  ASSERT_NE(first_ack, nullptr);
+  // Only the first chunk is out: D's sink takes it, then its ack word holds
+  // the chunk's tag while no further reference has been sent.
+  bool acked = false;
+  for (int wait = 0; wait < 1000 && !acked; ++wait) {
+    acked = factory_.Get(id).chunks.size() == 1 &&
+            __atomic_load_n(first_ack, __ATOMIC_ACQUIRE) != 0;
+    if (!acked) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(acked) << "chunk 0 unacknowledged after its import";
+  for (size_t i = 1; i < sent.size(); ++i) {
+    ASSERT_NE(send_in_place(i), nullptr);
   }
   pb::KvCommit commit;
   commit.mutable_first_token()->set_id(42);
@@ -291,6 +297,9 @@ TEST_P(UcxPushTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
   ExpectSame(id, sent);
   EXPECT_EQ(sender->regions_in_use(), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(SharedMemory, UcxInPlaceAckTest, ::testing::Values(""),
+                         [](const auto&) { return std::string("Default"); });
 
 // Chunks left in place and chunks sent as messages alternate within one
 // push: D posts each message's successor's receive ahead, and cancels it
