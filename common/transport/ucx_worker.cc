@@ -171,7 +171,12 @@ absl::Status UcxWorker::Init() {
   ucp_context_h context = nullptr;
   s = ucp_init(&params, config, &context);
   ucp_config_release(config);
-  if (s != UCS_OK) return UcxError("initialising UCX", s);
+  if (s != UCS_OK) {
+    return UcxError(absl::StrCat("initialising UCX with UCX_TLS=", transports_,
+                                 " (are those transports and their devices "
+                                 "there? ucx_info -d lists them)"),
+                    s);
+  }
   context_ = context;
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -216,6 +221,7 @@ absl::Status UcxWorker::Init() {
                           "UCX progress thread fds: ", strerror(errno)));
     if (wake_fd_ >= 0) close(wake_fd_);
     if (epoll_fd_ >= 0) close(epoll_fd_);
+    wake_fd_ = epoll_fd_ = -1;
     ucp_worker_destroy(worker);
     ucp_cleanup(context);
     return err;
@@ -225,6 +231,9 @@ absl::Status UcxWorker::Init() {
 }
 
 UcxWorker::~UcxWorker() {
+  // Not joinable: Init failed, Create joined the thread and Init released
+  // what it had made.
+  if (!thread_.joinable()) return;
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;

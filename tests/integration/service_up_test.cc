@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/util/scoped_env.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
 
@@ -283,6 +284,43 @@ TEST(UpTest, RestartNeverLeavesAFailedWorkerDown) {
   EXPECT_TRUE(up->proc.running() && !up->proc.Poll().has_value());
   up->proc.Signal(SIGTERM);
   (void)up->proc.Wait(absl::Seconds(30));
+}
+
+// A worker that exits while the cluster starts: up fails, and says why
+// with the end of that worker's log (here UCX refusing a UCX_TLS naming no
+// transport, which --kv_transport=ucx makes fatal).
+TEST(UpTest, AWorkerThatCannotStartIsReportedWithItsLog) {
+  std::unique_ptr<Up> up;
+  {
+    ScopedEnv env("UCX_TLS", "no-such-transport");
+    up = StartUp({"--kv_transport=ucx", "--restart=never"});
+  }
+  auto st = up->proc.Wait(absl::Seconds(60));
+  ASSERT_TRUE(st.ok()) << "up did not give up";
+  EXPECT_FALSE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_TRUE(absl::StrContains(err, "while starting; the end of")) << err;
+  EXPECT_TRUE(absl::StrContains(err, "UCX_TLS=no-such-transport")) << err;
+  EXPECT_TRUE(AllGone(ChildPids(up->out()), absl::Seconds(5)));
+}
+
+// The same UCX_TLS with --kv_transport=auto (the default): the workers
+// start without UCX (they once aborted: a UcxWorker whose initialisation
+// failed joined its thread twice) and KV moves over gRPC.
+TEST(UpTest, UnusableUcxFallsBackToGrpcUnderAuto) {
+  std::unique_ptr<Up> up;
+  {
+    ScopedEnv env("UCX_TLS", "no-such-transport");
+    up = StartUp({"--demo_prompt=Once upon a time", "--max_tokens=20"});
+  }
+  auto st = up->proc.Wait(absl::Seconds(90));
+  ASSERT_TRUE(st.ok()) << "up did not finish";
+  const std::string out = up->out();
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
+      << DescribeWaitStatus(*st) << out << err;
+  EXPECT_TRUE(absl::StrContains(out, "Once upon a time")) << out;
+  EXPECT_TRUE(absl::StrContains(err, "cluster stopped")) << err;
 }
 
 TEST(UpTest, BadRestartPolicyIsRefused) {

@@ -20,6 +20,7 @@
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/transport/ucx_kv_sender.h"
 #include "common/transport/ucx_worker.h"
+#include "common/util/scoped_env.h"
 #include "common/util/subprocess.h"
 #include "gtest/gtest.h"
 #include "tests/unit/transport_test_util.h"
@@ -247,6 +248,20 @@ TEST_P(UcxWorkerTest, CloseEndsSendsAndTheNextConnectReconnects) {
   // D never saw message 1: it sits in D's unexpected queue; drain it so the
   // workers can shut down cleanly.
   d->DrainLater(1, ~uint64_t{0}, absl::Seconds(1));
+}
+
+// UCX_TLS naming no usable transport: Create says so (and which UCX_TLS)
+// instead of crashing on the way out (it once joined its thread twice).
+TEST(UcxWorkerTest, UnusableTransportsAreAnError) {
+  absl::StatusOr<std::unique_ptr<UcxWorker>> w;
+  {
+    ScopedEnv env("UCX_TLS", "no-such-transport");
+    w = UcxWorker::Create();
+  }
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(w.status().message().find("UCX_TLS=no-such-transport"),
+            std::string::npos)
+      << w.status();
 }
 
 // An address of another format is refused before UCX sees it (UCX aborts

@@ -11,13 +11,16 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <thread>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -65,6 +68,7 @@ struct Child {
   std::string role;                // prefill | decode | router
   std::vector<std::string> flags;  // as first started (without --port_file)
   std::string port_file;
+  std::string log_file;  // its stdout and stderr
   int port = 0;
   int metrics_port = 0;  // from the port file's "metrics=PORT" line
   int http_port = 0;     // the router's "http=PORT" line
@@ -142,7 +146,8 @@ absl::Status StartChild(const std::string& self, const std::string& role,
   argv.push_back(absl::StrCat("--port_file=", child->port_file));
   child->started = absl::Now();
   SubprocessOptions so;  // the child's output goes to its log file
-  so.stdout_path = absl::StrCat(dir, "/", child->name, ".log");
+  child->log_file = absl::StrCat(dir, "/", child->name, ".log");
+  so.stdout_path = child->log_file;
   so.stderr_path = so.stdout_path;
   auto proc = Subprocess::Start(argv, so);
   if (!proc.ok()) return proc.status();
@@ -169,12 +174,28 @@ bool ReadPortFile(Child& child) {
   return true;
 }
 
+// A child that exited before it was ready, with the last lines of its log
+// (what it said on the way out).
+absl::Status ExitedWhileStarting(const Child& child, int wait_status) {
+  std::ifstream in(child.log_file);
+  std::deque<std::string> tail;
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    tail.push_back(std::move(line));
+    if (tail.size() > 5) tail.pop_front();
+  }
+  std::string said;
+  for (const std::string& line : tail) absl::StrAppend(&said, "\n  ", line);
+  return absl::UnavailableError(
+      absl::StrCat(child.name, " ", DescribeWaitStatus(wait_status),
+                   " while starting; the end of ", child.log_file, ":", said));
+}
+
 absl::Status WaitForPort(Child& child, absl::Time deadline) {
   while (absl::Now() < deadline) {
     if (ReadPortFile(child)) return absl::OkStatus();
     if (auto status = child.proc.Poll(); status.has_value()) {
-      return absl::UnavailableError(absl::StrCat(
-          child.name, " ", DescribeWaitStatus(*status), " while starting"));
+      return ExitedWhileStarting(child, *status);
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -388,8 +409,7 @@ int RunUp(const std::vector<std::string>&) {
                    : FromGrpcStatus(s);
     for (Child& c : children) {
       if (auto st = c.proc.Poll(); st.has_value()) {
-        return fail(absl::UnavailableError(absl::StrCat(
-            c.name, " ", DescribeWaitStatus(*st), " while starting")));
+        return fail(ExitedWhileStarting(c, *st));
       }
     }
     absl::SleepFor(absl::Milliseconds(50));
