@@ -123,6 +123,13 @@ fi
 expect 0 "bench-kv-transfer prints the push's phases" "ucx push on P, ms" \
   -- "$PDSERVE" bench-kv-transfer --kv_bench_tokens=64 --kv_bench_repeats=2 \
   --kv_bench_paths=memcpy,ucx
+# ... and refuses what it cannot measure instead of measuring less.
+expect 1 "bench-kv-transfer refuses an unknown path" \
+  "unknown path 'bogus' (known: memcpy," \
+  -- "$PDSERVE" bench-kv-transfer --kv_bench_paths=memcpy,bogus
+expect 1 "bench-kv-transfer refuses 0 rounds" \
+  "--kv_bench_repeats must be positive" \
+  -- "$PDSERVE" bench-kv-transfer --kv_bench_repeats=0
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

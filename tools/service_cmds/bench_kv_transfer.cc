@@ -36,6 +36,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/kv/kv_cache.h"
@@ -69,10 +70,17 @@ ABSL_FLAG(int32_t, kv_bench_warmup, 1,
           "as under steady traffic; 0 measures what a push after a pause "
           "pays (P unregisters pooled buffers idle for 10 s, and in a round "
           "with ucx_perftest the pause is longer)");
-ABSL_FLAG(std::vector<std::string>, kv_bench_paths,
-          std::vector<std::string>({"memcpy", "tcp", "passes", "grpc", "ucx",
-                                    "ucx-tcp", "ucx_perftest",
-                                    "ucx_perftest-tcp"}),
+namespace {
+// Every path bench-kv-transfer knows (and measures by default).
+const std::vector<std::string>& AllKvBenchPaths() {
+  static const auto* const paths = new std::vector<std::string>(
+      {"memcpy", "tcp", "passes", "grpc", "ucx", "ucx-tcp", "ucx_perftest",
+       "ucx_perftest-tcp"});
+  return *paths;
+}
+}  // namespace
+
+ABSL_FLAG(std::vector<std::string>, kv_bench_paths, AllKvBenchPaths(),
           "bench-kv-transfer: what to measure (memcpy always runs: the ratios "
           "need it). passes: a push's passes over the bytes alone (KV pool "
           "export and import, XXH3); ucx_perftest[-tcp] runs tag_bw, "
@@ -182,8 +190,18 @@ int RunBenchKvTransfer(const std::vector<std::string>&) {
   auto layout = BenchLayout();
   if (!layout.ok()) return Fail(layout.status().ToString());
   const int tokens = absl::GetFlag(FLAGS_kv_bench_tokens);
-  const int rounds = std::max(1, absl::GetFlag(FLAGS_kv_bench_repeats));
+  const int rounds = absl::GetFlag(FLAGS_kv_bench_repeats);
+  if (rounds <= 0) return Fail("--kv_bench_repeats must be positive");
   if (tokens <= 0) return Fail("--kv_bench_tokens must be positive");
+  const std::vector<std::string>& known_paths = AllKvBenchPaths();
+  for (const std::string& p : absl::GetFlag(FLAGS_kv_bench_paths)) {
+    if (std::find(known_paths.begin(), known_paths.end(), p) ==
+        known_paths.end()) {
+      return Fail(absl::StrCat("--kv_bench_paths: unknown path '", p,
+                               "' (known: ", absl::StrJoin(known_paths, ","),
+                               ")"));
+    }
+  }
   const int warmup = absl::GetFlag(FLAGS_kv_bench_warmup);
   if (warmup < 0) return Fail("--kv_bench_warmup must be 0 or more");
   const int64_t bpt = layout->BytesPerTokenPerLayer();
