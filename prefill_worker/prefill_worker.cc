@@ -62,7 +62,8 @@ PrefillWorker::~PrefillWorker() {
     stop_ = true;
     for (auto& [id, push] : pushes_) push->Cancel();
   }
-  compute_.join();
+  // Not started when Create failed before its thread.
+  if (compute_.joinable()) compute_.join();
   absl::MutexLock lock(&mu_);
   pushes_.clear();  // joins the pipelines
 }

@@ -18,8 +18,10 @@ ABSL_FLAG(std::string, quantization, "none",
 ABSL_FLAG(std::string, kv_dtype, "auto",
           "KV cache dtype: auto (= --dtype), f32 or bf16");
 ABSL_FLAG(std::string, kv_cache_memory, "256MiB",
-          "KV cache budget: bytes (e.g. 512MiB, 2GiB) or a fraction of free "
-          "memory (e.g. 0.2)");
+          "KV cache budget: bytes (e.g. 512MiB, 2GiB) or a fraction below 1 "
+          "of the memory available to the process (e.g. 0.2; MemAvailable, "
+          "capped by a container's cgroup limit); more than is available is "
+          "refused");
 ABSL_FLAG(int32_t, block_size, 16, "KV cache block size in tokens");
 ABSL_FLAG(int32_t, threads, 0,
           "compute threads of each worker (0 = all cores; `up`: the cores "

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/model/dtype.h"
 #include "common/util/status_macros.h"
 #include "tools/common_flags.h"
@@ -21,8 +22,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));
     o.kv_dtype = kv_dtype;
   }
-  ASSIGN_OR_RETURN(o.kv_cache_bytes,
-                   ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory)));
+  auto kv_cache_bytes = ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory));
+  if (!kv_cache_bytes.ok()) {
+    return absl::Status(kv_cache_bytes.status().code(),
+                        absl::StrCat("--kv_cache_memory: ",
+                                     kv_cache_bytes.status().message()));
+  }
+  o.kv_cache_bytes = *kv_cache_bytes;
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.num_threads = absl::GetFlag(FLAGS_threads);
   o.device = absl::GetFlag(FLAGS_device);  // Engine::Create validates it

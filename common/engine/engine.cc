@@ -2,17 +2,18 @@
 
 #include <xxhash.h>
 
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "common/backend/model_runner.h"
 #include "common/util/logging.h"
 #include "common/util/status_macros.h"
+#include "common/util/system_memory.h"
 
 namespace pdserve {
 
@@ -31,6 +32,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   if (options.max_batch_tokens <= 0) {
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
+  }
+  if (options.num_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "threads must be 0 (all cores) or more, got ", options.num_threads));
   }
   if (options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(
@@ -254,50 +259,52 @@ absl::Status Engine::SetSequenceLength(SeqId seq, int length) {
 }
 
 absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
-  std::string s = absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  const std::string lower =
+      absl::AsciiStrToLower(absl::StripAsciiWhitespace(text));
+  absl::string_view s = lower;
   if (s.empty()) return absl::InvalidArgumentError("empty memory size");
   struct Unit {
     const char* suffix;
     double mult;
   };
-  static const Unit kUnits[] = {{"kib", 1024.0},       {"mib", 1048576.0},
-                                {"gib", 1073741824.0}, {"kb", 1e3},
-                                {"mb", 1e6},           {"gb", 1e9},
-                                {"k", 1024.0},         {"m", 1048576.0},
-                                {"g", 1073741824.0},   {"b", 1.0}};
-  double mult = 1.0;
+  static const Unit kUnits[] = {{"kib", 1024.0},
+                                {"mib", 1048576.0},
+                                {"gib", 1073741824.0},
+                                {"tib", 1099511627776.0},
+                                {"kb", 1e3},
+                                {"mb", 1e6},
+                                {"gb", 1e9},
+                                {"tb", 1e12},
+                                {"k", 1024.0},
+                                {"m", 1048576.0},
+                                {"g", 1073741824.0},
+                                {"t", 1099511627776.0},
+                                {"b", 1.0}};
+  double mult = 0;  // 0: no unit
   for (const Unit& u : kUnits) {
-    const std::string suffix = u.suffix;
-    if (s.size() > suffix.size() &&
-        s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    if (absl::ConsumeSuffix(&s, u.suffix)) {
       mult = u.mult;
-      s = s.substr(0, s.size() - suffix.size());
       break;
     }
   }
   double value = 0;
-  if (!absl::SimpleAtod(s, &value) || value <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad memory size '", text,
-                     "' (use bytes like 512MiB or a fraction like 0.2)"));
+  const bool fraction = mult == 0 && absl::StrContains(s, '.');
+  if (!absl::SimpleAtod(s, &value) || value <= 0 ||
+      (fraction && value >= 1.0) || (mult == 0 && !fraction && value < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad memory size '", text,
+        "' (use bytes like 512MiB or 2GiB, or a fraction of the available "
+        "memory like 0.2)"));
   }
-  if (mult == 1.0 && value < 1.0) {
-    std::ifstream meminfo("/proc/meminfo");
-    std::string line;
-    int64_t available_kib = -1;
-    while (std::getline(meminfo, line)) {
-      if (line.rfind("MemAvailable:", 0) == 0) {
-        std::istringstream ls(line.substr(13));
-        ls >> available_kib;
-      }
-    }
-    if (available_kib < 0) {
-      return absl::UnavailableError(
-          "cannot read MemAvailable from /proc/meminfo");
-    }
-    return static_cast<int64_t>(value * available_kib * 1024.0);
+  ASSIGN_OR_RETURN(const AvailableMemory available, AvailableMemoryNow());
+  if (fraction) return static_cast<int64_t>(value * available.bytes);
+  const int64_t bytes = static_cast<int64_t>(value * (mult == 0 ? 1 : mult));
+  if (bytes > available.bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "memory size ", text, " exceeds what this process can take: ",
+        available.Describe(), "; give less, or a fraction like 0.5"));
   }
-  return static_cast<int64_t>(value * mult);
+  return bytes;
 }
 
 }  // namespace pdserve

@@ -161,7 +161,10 @@ class Engine {
 };
 
 // Parses "512MiB", "2GiB", "1000000", "1.5GB" (bytes) or a fraction in (0, 1)
-// of currently available memory (MemAvailable).
+// of the memory available now (MemAvailable, capped by a cgroup's limit:
+// common/util/system_memory.h). A size above what is available is
+// RESOURCE_EXHAUSTED (the pool is touched at creation: the worker would be
+// OOM-killed).
 absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text);
 
 }  // namespace pdserve

@@ -131,5 +131,18 @@ expect 1 "bench-kv-transfer refuses 0 rounds" \
   "--kv_bench_repeats must be positive" \
   -- "$PDSERVE" bench-kv-transfer --kv_bench_repeats=0
 
+# Workers that cannot start say why and exit 1 (the prefill worker once
+# aborted on any engine error: it joined a thread it had not started).
+for role in prefill decode; do
+  expect 1 "$role with a model that is not there" \
+    "pdserve $role: NOT_FOUND: /nonexistent/config.json" \
+    -- timeout 30 "$PDSERVE" "$role" --model=/nonexistent --port=0
+  expect 1 "$role with a KV budget above the machine's memory" \
+    "--kv_cache_memory: memory size 900TiB exceeds" "MemAvailable" \
+    -- timeout 30 "$PDSERVE" "$role" --kv_cache_memory=900TiB --port=0
+done
+expect 1 "a negative --threads is refused" "threads must be 0" \
+  -- timeout 30 "$PDSERVE" prefill --threads=-2 --port=0
+
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -18,6 +18,7 @@
 #include "common/backend/cpu/packed_matrix.h"
 #include "common/engine/scheduler.h"
 #include "common/sampling/sampler.h"
+#include "common/util/system_memory.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/unit/engine_test_util.h"
@@ -469,6 +470,31 @@ TEST(Scheduler, SubmitWithImportedKvContinuesTheSameStream) {
   EXPECT_EQ(combined, whole.outputs[0]);
   EXPECT_EQ(rest.reasons[0], "length");
   EXPECT_EQ(d->free_blocks(), d->total_blocks());
+}
+
+// --kv_cache_memory: units, fractions of what is available, and what is
+// refused: nonsense, fractions of 1 or more, and sizes above the memory this
+// process can take (a pool that large was OOM-killed while being touched).
+TEST(EngineOptions, MemorySizesParseAndOversizedOnesAreRefused) {
+  EXPECT_EQ(*ParseMemorySize("512MiB"), int64_t{512} << 20);
+  EXPECT_EQ(*ParseMemorySize(" 64mib "), int64_t{64} << 20);
+  EXPECT_EQ(*ParseMemorySize("1.5GB"), int64_t{1500000000});
+  EXPECT_EQ(*ParseMemorySize("1000000"), int64_t{1000000});
+  EXPECT_EQ(*ParseMemorySize("4k"), int64_t{4096});
+  auto available = AvailableMemoryNow();
+  ASSERT_TRUE(available.ok());
+  auto tenth = ParseMemorySize("0.1");
+  ASSERT_TRUE(tenth.ok()) << tenth.status();
+  EXPECT_GT(*tenth, 0);
+  EXPECT_LE(*tenth, available->bytes / 5);  // a tenth, give or take churn
+  for (const char* bad :
+       {"", "abc", "0", "0.0", "-5MiB", "1.5", "2.0", "MiB"}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(ParseMemorySize(bad).status()))
+        << "'" << bad << "'";
+  }
+  auto huge = ParseMemorySize("900TiB");
+  EXPECT_TRUE(absl::IsResourceExhausted(huge.status())) << huge.status();
+  EXPECT_NE(huge.status().message().find("MemAvailable"), std::string::npos);
 }
 
 }  // namespace

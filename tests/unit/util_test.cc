@@ -1,10 +1,13 @@
 #include <cstdlib>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/util/adaptive_stores.h"
 #include "common/util/status_macros.h"
+#include "common/util/system_memory.h"
 #include "gtest/gtest.h"
 
 namespace pdserve {
@@ -103,6 +106,43 @@ TEST(AdaptiveStores, ManyThreadsChooseAndReport) {
   EXPECT_GT(a.SecondsPerGb(Stores::kCached),
             a.SecondsPerGb(Stores::kStreaming));
   EXPECT_GT(StreamingChoices(a, 64), 32);
+}
+
+// A cgroup's memory limit less its usage, as a container sees it (v1 and
+// v2, the process's own cgroup or the namespace's root), or none.
+TEST(SystemMemory, CgroupHeadroomFromV1AndV2Files) {
+  std::map<std::string, std::string> files;
+  auto read = [&](const std::string& path) -> std::optional<std::string> {
+    auto it = files.find(path);
+    if (it == files.end()) return std::nullopt;
+    return it->second;
+  };
+  // v1, the process's cgroup path present under the mount.
+  files = {{"/sys/fs/cgroup/memory/pod/memory.limit_in_bytes", "4294967296\n"},
+           {"/sys/fs/cgroup/memory/pod/memory.usage_in_bytes", "1073741824\n"}};
+  EXPECT_EQ(CgroupHeadroom("5:cpu:/\n4:memory:/pod\n0::/\n", read),
+            int64_t{3} << 30);
+  // v1 inside a cgroup namespace: the files are at the mount's root.
+  files = {{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "2147483648"},
+           {"/sys/fs/cgroup/memory/memory.usage_in_bytes", "3000000000"}};
+  EXPECT_EQ(CgroupHeadroom("4:memory:/elsewhere\n", read), 0);
+  // v1 without a limit (a huge number).
+  files = {
+      {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712"}};
+  EXPECT_EQ(CgroupHeadroom("4:memory:/\n", read), std::nullopt);
+  // v2 with a limit, and with "max".
+  files = {{"/sys/fs/cgroup/kubepods/x/memory.max", "1073741824\n"},
+           {"/sys/fs/cgroup/kubepods/x/memory.current", "73741824\n"}};
+  EXPECT_EQ(CgroupHeadroom("0::/kubepods/x\n", read), int64_t{1000000000});
+  files = {{"/sys/fs/cgroup/memory.max", "max\n"}};
+  EXPECT_EQ(CgroupHeadroom("0::/\n", read), std::nullopt);
+  EXPECT_EQ(CgroupHeadroom("", read), std::nullopt);
+  // This process: something positive, never above MemAvailable.
+  auto now = AvailableMemoryNow();
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_GT(now->bytes, 0);
+  EXPECT_LE(now->bytes, now->mem_available);
+  EXPECT_NE(now->Describe().find("MemAvailable"), std::string::npos);
 }
 
 }  // namespace
