@@ -144,5 +144,16 @@ done
 expect 1 "a negative --threads is refused" "threads must be 0" \
   -- timeout 30 "$PDSERVE" prefill --threads=-2 --port=0
 
+# bench checks what needs no server before it connects: a bad flag fails at
+# once (no router runs here; connecting would wait 15 s).
+for args in "--num_prompts=-1|--num_prompts must be positive" \
+  "--dataset=nope|unknown dataset 'nope'" \
+  "--burstiness=0|--burstiness must be positive" \
+  "--request_rate=fast|bad request rate 'fast'" \
+  "--max_concurrency=-1|--max_concurrency must be 0"; do
+  expect 1 "bench ${args%%|*} is refused before connecting" "${args#*|}" \
+    -- timeout 5 "$PDSERVE" bench --target=127.0.0.1:1 "${args%%|*}"
+done
+
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -133,7 +133,10 @@ absl::StatusOr<std::unique_ptr<BenchClient>> BenchClient::Connect(
   if (!info.ok()) {
     return absl::Status(info.status().code(),
                         absl::StrCat("router ", target, " did not answer: ",
-                                     info.status().message()));
+                                     info.status().message(),
+                                     " (is a router serving there? `pdserve "
+                                     "up` starts a cluster; --target names "
+                                     "another)"));
   }
   return client;
 }
