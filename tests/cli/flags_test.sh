@@ -155,5 +155,20 @@ for args in "--num_prompts=-1|--num_prompts must be positive" \
     -- timeout 5 "$PDSERVE" bench --target=127.0.0.1:1 "${args%%|*}"
 done
 
+# Ports outside [-1, 65535] are refused (gRPC wrapped --port=99999 to
+# 34463), by up before it starts anything, and by each role.
+expect 1 "up --port=99999 is refused" "--port=99999 is not a port" \
+  -- timeout 20 "$PDSERVE" up --port=99999
+expect 1 "up --http_port=-5 is refused" "--http_port=-5 is not a port" \
+  -- timeout 20 "$PDSERVE" up --http_port=-5
+expect 1 "up --mode=weird is refused before starting children" \
+  "unknown --mode 'weird'" -- timeout 20 "$PDSERVE" up --mode=weird
+grep -q "logs in" "$WORK/out" && fail "up --mode=weird started children before refusing"
+expect 1 "prefill --port=70000 is refused" "--port=70000 is not a port" \
+  -- timeout 20 "$PDSERVE" prefill --port=70000
+expect 1 "decode --metrics_port=-7 is refused" \
+  "--metrics_port=-7 is not a port" \
+  -- timeout 20 "$PDSERVE" decode --metrics_port=-7
+
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -59,7 +59,9 @@ int RunDecode(const std::vector<std::string>&) {
   auto creds = InternalServerCredentials();
   if (!creds.ok()) return FailWith("decode", creds.status());
   ServerOptions so;
-  so.address = ListenAddress(50053);
+  auto address = ListenAddress(50053);
+  if (!address.ok()) return FailWith("decode", address.status());
+  so.address = *address;
   so.creds = *creds;
   so.services = (*worker)->services();
   auto server = StartServer(so);

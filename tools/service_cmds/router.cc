@@ -119,6 +119,11 @@ int RunRouter(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("router");
   RaiseFileDescriptorLimit();
+  if (absl::Status s =
+          CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port), -1);
+      !s.ok()) {
+    return FailWith("router", s);
+  }
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("router", metrics_server.status());
   metrics::RouterMetrics router_metrics((*metrics_server)->registry());
@@ -208,7 +213,9 @@ int RunRouter(const std::vector<std::string>&) {
   auto creds = MakeServerCredentials(public_tls, /*require_client_cert=*/false);
   if (!creds.ok()) return FailWith("router", creds.status());
   ServerOptions so;
-  so.address = ListenAddress(50051);
+  auto address = ListenAddress(50051);
+  if (!address.ok()) return FailWith("router", address.status());
+  so.address = *address;
   so.creds = *creds;
   // Requests up to 4x the limit reach validation (a clear INVALID_ARGUMENT);
   // larger ones are refused by gRPC itself (RESOURCE_EXHAUSTED).

@@ -80,8 +80,17 @@ InternalChannelCredentials() {
   return MakeChannelCredentials(InternalTlsFromFlags());
 }
 
-std::string ListenAddress(int default_port) {
+absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest) {
+  if (port < lowest || port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", port, " is not a port (", lowest, " to 65535)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ListenAddress(int default_port) {
   int port = absl::GetFlag(FLAGS_port);
+  RETURN_IF_ERROR(CheckPortFlag("port", port, -1));
   if (port < 0) port = default_port;
   return absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
 }
@@ -175,6 +184,7 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>>
 StartMetricsFromFlags() {
   metrics::MetricsServerOptions o;
   o.port = absl::GetFlag(FLAGS_metrics_port);
+  RETURN_IF_ERROR(CheckPortFlag("metrics_port", o.port, -1));
   o.bind_address = absl::GetFlag(FLAGS_host);  // same interface as gRPC
   auto server = metrics::MetricsServer::Start(o);
   if (server.ok() && (*server)->serving()) {

@@ -45,8 +45,11 @@ InternalServerCredentials();
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 InternalChannelCredentials();
 
-// --host:--port (or `default_port` when --port is -1).
-std::string ListenAddress(int default_port);
+// --host:--port (or `default_port` when --port is -1); INVALID_ARGUMENT
+// for a --port outside [-1, 65535] (gRPC would wrap it modulo 65536).
+absl::StatusOr<std::string> ListenAddress(int default_port);
+// INVALID_ARGUMENT unless `lowest` <= `port` <= 65535, naming --`flag`.
+absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest);
 
 struct DrainHooks {
   std::function<void()> start_draining;  // stop accepting new work

@@ -32,6 +32,7 @@
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "common/util/subprocess.h"
+#include "router/router_options.h"
 #include "tools/client/generate_client.h"
 #include "tools/common_flags.h"
 #include "tools/service_cmds/kv_transport_flags.h"
@@ -282,6 +283,12 @@ int RunUp(const std::vector<std::string>&) {
                               restart_policy, "'")));
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
+  for (absl::Status s :
+       {ParseRouterMode(mode).status(),
+        CheckPortFlag("port", absl::GetFlag(FLAGS_port), -1),
+        CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port), -1)}) {
+    if (!s.ok()) return FailWith("up", s);
+  }
   if (num_d < 1 || num_p < 0 || (num_p == 0 && mode != "colocated")) {
     return FailWith(
         "up",
