@@ -9,6 +9,7 @@
 #include "common/grpc_util/grpc_util.h"
 #include "common/transport/sequence_spec.h"
 #include "common/util/logging.h"
+#include "common/util/status_macros.h"
 
 namespace pdserve {
 namespace {
@@ -78,6 +79,12 @@ absl::StatusOr<std::unique_ptr<DecodeWorker>> DecodeWorker::Create(
     const DecodeWorkerOptions& options) {
   if (options.metrics == nullptr) {
     return absl::InvalidArgumentError("DecodeWorkerOptions.metrics is null");
+  }
+  RETURN_IF_ERROR(CheckSchedulerOptions(options.scheduler));
+  if (options.kv_lease <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_lease_seconds must be positive, got ",
+                     absl::ToDoubleSeconds(options.kv_lease)));
   }
   std::unique_ptr<DecodeWorker> w(new DecodeWorker(options));
   auto engine = Engine::Create(options.engine);

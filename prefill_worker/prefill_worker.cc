@@ -35,6 +35,13 @@ absl::StatusOr<std::unique_ptr<PrefillWorker>> PrefillWorker::Create(
   if (options.metrics == nullptr) {
     return absl::InvalidArgumentError("PrefillWorkerOptions.metrics is null");
   }
+  if (options.max_queue < 0 || options.max_batch_tokens < 0 ||
+      options.prefill_chunk_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_prefill_queue (", options.max_queue, "), max_prefill_tokens (",
+        options.max_batch_tokens, ") and prefill_chunk_tokens (",
+        options.prefill_chunk_tokens, ") must be 0 (no limit) or more"));
+  }
   std::unique_ptr<PrefillWorker> w(new PrefillWorker(options, sender));
   w->push_counters_.metrics = options.metrics;
   auto engine = Engine::Create(options.engine);

@@ -59,6 +59,25 @@ TokenEvent EndEvent(const std::string& reason, absl::Status status = {}) {
 
 }  // namespace
 
+absl::Status CheckSchedulerOptions(const SchedulerOptions& o) {
+  if (o.max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_num_seqs must be at least 1, got ", o.max_num_seqs));
+  }
+  if (o.max_batch_tokens < 0 || o.prefill_chunk_tokens < 0 ||
+      o.max_waiting < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_batch_tokens (", o.max_batch_tokens, "), prefill_chunk_tokens (",
+        o.prefill_chunk_tokens, ") and max_waiting_seqs (", o.max_waiting,
+        ") must be 0 (no limit) or more"));
+  }
+  if (!(o.kv_watermark >= 0 && o.kv_watermark < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_watermark must be in [0, 1), got ", o.kv_watermark));
+  }
+  return absl::OkStatus();
+}
+
 GenerationScheduler::GenerationScheduler(Engine* engine,
                                          const SchedulerOptions& options)
     : engine_(engine), options_(options) {

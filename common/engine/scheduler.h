@@ -82,6 +82,11 @@ struct SchedulerOptions {
   int max_waiting = 0;
 };
 
+// INVALID_ARGUMENT naming the first option out of range: max_num_seqs >= 1
+// (0 would admit nothing and hang every request), max_batch_tokens,
+// prefill_chunk_tokens and max_waiting >= 0, kv_watermark in [0, 1).
+absl::Status CheckSchedulerOptions(const SchedulerOptions& options);
+
 // A snapshot of the scheduler's queues and cumulative counters.
 struct SchedulerStats {
   int running = 0;

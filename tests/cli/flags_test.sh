@@ -170,5 +170,19 @@ expect 1 "decode --metrics_port=-7 is refused" \
   "--metrics_port=-7 is not a port" \
   -- timeout 20 "$PDSERVE" decode --metrics_port=-7
 
+# Worker settings that could only hang or misbehave are refused at start.
+expect 1 "decode --max_num_seqs=0 is refused" "max_num_seqs must be at least 1" \
+  -- timeout 20 "$PDSERVE" decode --port=0 --max_num_seqs=0
+expect 2 "complete --max_num_seqs=0 is refused (it hung)" \
+  "max_num_seqs must be at least 1" \
+  -- timeout 20 "$PDSERVE" complete --model=synthetic:tiny --max_num_seqs=0 \
+  --prompt_ids=1,2
+expect 1 "decode --kv_lease_seconds=0 is refused" \
+  "kv_lease_seconds must be positive" \
+  -- timeout 20 "$PDSERVE" decode --port=0 --kv_lease_seconds=0
+expect 1 "prefill --max_prefill_queue=-1 is refused" \
+  "must be 0 (no limit) or more" \
+  -- timeout 20 "$PDSERVE" prefill --port=0 --max_prefill_queue=-1
+
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

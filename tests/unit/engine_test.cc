@@ -497,5 +497,24 @@ TEST(EngineOptions, MemorySizesParseAndOversizedOnesAreRefused) {
   EXPECT_NE(huge.status().message().find("MemAvailable"), std::string::npos);
 }
 
+// Scheduler options out of range are refused up front (max_num_seqs=0 once
+// admitted nothing and hung every request).
+TEST(Scheduler, OptionsOutOfRangeAreRefused) {
+  EXPECT_TRUE(CheckSchedulerOptions(SchedulerOptions()).ok());
+  auto refused = [](auto change) {
+    SchedulerOptions o;
+    change(o);
+    return absl::IsInvalidArgument(CheckSchedulerOptions(o));
+  };
+  EXPECT_TRUE(refused([](SchedulerOptions& o) { o.max_num_seqs = 0; }));
+  EXPECT_TRUE(refused([](SchedulerOptions& o) { o.max_batch_tokens = -1; }));
+  EXPECT_TRUE(
+      refused([](SchedulerOptions& o) { o.prefill_chunk_tokens = -1; }));
+  EXPECT_TRUE(refused([](SchedulerOptions& o) { o.max_waiting = -1; }));
+  EXPECT_TRUE(refused([](SchedulerOptions& o) { o.kv_watermark = 1.0; }));
+  EXPECT_TRUE(refused([](SchedulerOptions& o) { o.kv_watermark = -0.1; }));
+  EXPECT_FALSE(refused([](SchedulerOptions& o) { o.kv_watermark = 0; }));
+}
+
 }  // namespace
 }  // namespace pdserve

@@ -119,6 +119,13 @@ absl::StatusOr<GenerationRequest> RequestFromJson(const std::string& line) {
   }
 }
 
+SchedulerOptions SchedulerOptionsFromFlags() {
+  SchedulerOptions so;
+  so.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
+  so.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  return so;
+}
+
 // Runs every request concurrently in one scheduler; results in input order.
 std::vector<CompletionResult> RunCompletions(
     Engine& engine, const std::vector<GenerationRequest>& requests) {
@@ -126,10 +133,7 @@ std::vector<CompletionResult> RunCompletions(
   absl::Mutex mu;
   int pending = 0;
   {
-    SchedulerOptions so;
-    so.max_num_seqs = absl::GetFlag(FLAGS_max_num_seqs);
-    so.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
-    GenerationScheduler scheduler(&engine, so);
+    GenerationScheduler scheduler(&engine, SchedulerOptionsFromFlags());
     for (size_t i = 0; i < requests.size(); ++i) {
       results[i].prompt_ids = requests[i].prompt_ids;
       CompletionResult* result = &results[i];
@@ -272,6 +276,11 @@ int RunComplete(const std::vector<std::string>& args) {
   if (!options.ok()) {
     std::fprintf(stderr, "complete: %s\n",
                  std::string(options.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = CheckSchedulerOptions(SchedulerOptionsFromFlags());
+      !s.ok()) {
+    std::fprintf(stderr, "complete: %s\n", std::string(s.message()).c_str());
     return 2;
   }
   auto engine = Engine::Create(*options);

@@ -35,6 +35,9 @@ int RunDecode(const std::vector<std::string>&) {
   TuneMallocForLargeBuffers();  // KV chunks: reuse heap pages
   BlockTerminationSignals();
   SetLogRole("decode");
+  if (absl::Status s = CheckServiceFlags(); !s.ok()) {
+    return FailWith("decode", s);
+  }
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("decode", metrics_server.status());
   metrics::DecodeMetrics decode_metrics((*metrics_server)->registry());

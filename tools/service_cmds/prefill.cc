@@ -37,6 +37,9 @@ int RunPrefill(const std::vector<std::string>&) {
   TuneMallocForLargeBuffers();  // KV chunks: reuse heap pages
   BlockTerminationSignals();
   SetLogRole("prefill");
+  if (absl::Status s = CheckServiceFlags(); !s.ok()) {
+    return FailWith("prefill", s);
+  }
   auto metrics_server = StartMetricsFromFlags();
   if (!metrics_server.ok()) return FailWith("prefill", metrics_server.status());
   metrics::PrefillMetrics prefill_metrics((*metrics_server)->registry());

@@ -118,6 +118,9 @@ std::string ServedModelName(const std::string& model_path) {
 int RunRouter(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("router");
+  if (absl::Status s = CheckServiceFlags(); !s.ok()) {
+    return FailWith("router", s);
+  }
   RaiseFileDescriptorLimit();
   if (absl::Status s =
           CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port), -1);

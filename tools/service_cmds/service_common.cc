@@ -88,6 +88,17 @@ absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest) {
   return absl::OkStatus();
 }
 
+absl::Status CheckServiceFlags() {
+  RETURN_IF_ERROR(CheckPortFlag("port", absl::GetFlag(FLAGS_port), -1));
+  RETURN_IF_ERROR(
+      CheckPortFlag("metrics_port", absl::GetFlag(FLAGS_metrics_port), -1));
+  if (absl::GetFlag(FLAGS_drain_timeout_seconds) < 0) {
+    return absl::InvalidArgumentError(
+        "--drain_timeout_seconds must be 0 (stop at once) or more");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ListenAddress(int default_port) {
   int port = absl::GetFlag(FLAGS_port);
   RETURN_IF_ERROR(CheckPortFlag("port", port, -1));
@@ -184,7 +195,6 @@ absl::StatusOr<std::unique_ptr<metrics::MetricsServer>>
 StartMetricsFromFlags() {
   metrics::MetricsServerOptions o;
   o.port = absl::GetFlag(FLAGS_metrics_port);
-  RETURN_IF_ERROR(CheckPortFlag("metrics_port", o.port, -1));
   o.bind_address = absl::GetFlag(FLAGS_host);  // same interface as gRPC
   auto server = metrics::MetricsServer::Start(o);
   if (server.ok() && (*server)->serving()) {

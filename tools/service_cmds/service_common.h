@@ -48,6 +48,9 @@ InternalChannelCredentials();
 // --host:--port (or `default_port` when --port is -1); INVALID_ARGUMENT
 // for a --port outside [-1, 65535] (gRPC would wrap it modulo 65536).
 absl::StatusOr<std::string> ListenAddress(int default_port);
+// The flags every service takes (--port, --metrics_port,
+// --drain_timeout_seconds), checked before a role loads anything.
+absl::Status CheckServiceFlags();
 // INVALID_ARGUMENT unless `lowest` <= `port` <= 65535, naming --`flag`.
 absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest);
 
