@@ -19,6 +19,47 @@ absl::StatusOr<RouterMode> ParseRouterMode(const std::string& s) {
       "unknown --mode '", s, "' (disaggregated, colocated or auto)"));
 }
 
+absl::Status CheckRouterOptions(const RouterOptions& o) {
+  // Each: the flag that sets it, whether it is in range, the range.
+  struct Check {
+    const char* flag;
+    bool ok;
+    const char* range;
+  };
+  const RequestLimits& l = o.limits;
+  for (const Check& c : {
+           Check{"auto_prefill_threshold", o.auto_prefill_threshold >= 0,
+                 ">= 0"},
+           Check{"auto_stall_weight", o.auto_stall_weight >= 0, ">= 0"},
+           Check{"worker_wait", o.worker_wait >= absl::ZeroDuration(), ">= 0"},
+           Check{"max_attempts", o.max_attempts >= 1, ">= 1"},
+           Check{"max_migrations", o.max_migrations >= 0, ">= 0"},
+           Check{"prefix_routing_blocks", o.prefix_routing_blocks >= 0,
+                 ">= 0 (0 = off)"},
+           Check{"prefix_routing_max_extra_load",
+                 o.prefix_routing_max_extra_load >= 0, ">= 0"},
+           Check{"max_in_flight", o.max_in_flight >= 0, ">= 0 (0 = unbounded)"},
+           Check{"admission_queue", o.admission_queue >= 0, ">= 0"},
+           Check{"admission_timeout",
+                 o.admission_timeout >= absl::ZeroDuration(), ">= 0"},
+           Check{"retry_after_ms", o.retry_after_ms >= 0, ">= 0"},
+           Check{"max_tokens_cap", l.max_tokens_cap >= 1, ">= 1"},
+           Check{"default_max_tokens",
+                 l.default_max_tokens >= 1 &&
+                     l.default_max_tokens <= l.max_tokens_cap,
+                 "in [1, --max_tokens_cap]"},
+           Check{"max_prompt_tokens", l.max_prompt_tokens >= 1, ">= 1"},
+           Check{"max_stop_strings", l.max_stop_strings >= 0, ">= 0"},
+           Check{"max_request_bytes", l.max_request_bytes >= 1, ">= 1"},
+       }) {
+    if (!c.ok) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", c.flag, " must be ", c.range));
+    }
+  }
+  return absl::OkStatus();
+}
+
 const char* RouterModeName(RouterMode mode) {
   switch (mode) {
     case RouterMode::kDisaggregated:

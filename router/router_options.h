@@ -58,6 +58,11 @@ struct RouterOptions {
   int retry_after_ms = 100;
 };
 
+// INVALID_ARGUMENT naming the router flag whose value is out of range (a
+// max_attempts of 0 would fail every request, a default_max_tokens above
+// the cap every request without max_tokens).
+absl::Status CheckRouterOptions(const RouterOptions& options);
+
 // Trailing metadata key of the retry hint on RESOURCE_EXHAUSTED.
 inline constexpr char kRetryAfterMsKey[] = "retry-after-ms";
 

@@ -2,6 +2,7 @@
 // request resolution (defaults with explicit presence, validation).
 #include "gtest/gtest.h"
 #include "router/request_builder.h"
+#include "router/router_options.h"
 #include "router/stop_matcher.h"
 
 namespace pdserve {
@@ -77,6 +78,37 @@ TEST(ResolveRequestTest, TextWithoutTokenizerAndBadValues) {
       ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("top_k"), std::string::npos);
+}
+
+// Router settings out of range are refused with the flag's name (they were
+// clamped or taken as given: --max_attempts=0 failed every request).
+TEST(RouterOptionsTest, OutOfRangeSettingsNameTheirFlag) {
+  EXPECT_TRUE(CheckRouterOptions(RouterOptions()).ok());
+  auto refusal = [](auto change) {
+    RouterOptions o;
+    change(o);
+    return std::string(CheckRouterOptions(o).message());
+  };
+  EXPECT_EQ(refusal([](RouterOptions& o) { o.max_attempts = 0; }),
+            "--max_attempts must be >= 1");
+  EXPECT_EQ(
+      refusal([](RouterOptions& o) { o.limits.default_max_tokens = 5000; }),
+      "--default_max_tokens must be in [1, --max_tokens_cap]");
+  EXPECT_EQ(refusal([](RouterOptions& o) {
+              o.admission_timeout = absl::Seconds(-1);
+            }),
+            "--admission_timeout must be >= 0");
+  EXPECT_EQ(refusal([](RouterOptions& o) { o.admission_queue = -1; }),
+            "--admission_queue must be >= 0");
+  // The edges that mean something stay allowed.
+  EXPECT_EQ(refusal([](RouterOptions& o) {
+              o.max_in_flight = 0;
+              o.admission_queue = 0;
+              o.max_migrations = 0;
+              o.worker_wait = absl::ZeroDuration();
+              o.prefix_routing_blocks = 0;
+            }),
+            "");
 }
 
 }  // namespace

@@ -138,10 +138,10 @@ int RunRouter(const std::vector<std::string>&) {
   options.auto_stall_weight = absl::GetFlag(FLAGS_auto_stall_weight);
   options.colocated_fallback = absl::GetFlag(FLAGS_colocated_fallback);
   options.worker_wait = absl::GetFlag(FLAGS_worker_wait);
-  options.max_attempts = std::max(1, absl::GetFlag(FLAGS_max_attempts));
-  options.max_migrations = std::max(0, absl::GetFlag(FLAGS_max_migrations));
+  options.max_attempts = absl::GetFlag(FLAGS_max_attempts);
+  options.max_migrations = absl::GetFlag(FLAGS_max_migrations);
   options.max_in_flight = absl::GetFlag(FLAGS_max_in_flight);
-  options.admission_queue = std::max(0, absl::GetFlag(FLAGS_admission_queue));
+  options.admission_queue = absl::GetFlag(FLAGS_admission_queue);
   options.admission_timeout = absl::GetFlag(FLAGS_admission_timeout);
   options.retry_after_ms = absl::GetFlag(FLAGS_retry_after_ms);
   options.prefix_routing_blocks = absl::GetFlag(FLAGS_prefix_routing_blocks);
@@ -153,6 +153,26 @@ int RunRouter(const std::vector<std::string>&) {
   options.limits.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   options.limits.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   options.limits.max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  if (absl::Status s = CheckRouterOptions(options); !s.ok()) {
+    return FailWith("router", s);
+  }
+  // The worker pools' and the HTTP server's settings.
+  for (const auto& [ok, what] :
+       std::initializer_list<std::pair<bool, const char*>>{
+           {absl::GetFlag(FLAGS_worker_poll_ms) >= 1,
+            "--worker_poll_ms must be >= 1"},
+           {absl::GetFlag(FLAGS_dns_refresh_seconds) >= 1,
+            "--dns_refresh_seconds must be >= 1"},
+           {absl::GetFlag(FLAGS_http_threads) >= 1,
+            "--http_threads must be >= 1"},
+           {absl::GetFlag(FLAGS_http_max_body_bytes) >= 1,
+            "--http_max_body_bytes must be >= 1"},
+           {absl::GetFlag(FLAGS_http_request_timeout) > absl::ZeroDuration(),
+            "--http_request_timeout must be positive"},
+           {absl::GetFlag(FLAGS_http_idle_timeout) > absl::ZeroDuration(),
+            "--http_idle_timeout must be positive"}}) {
+    if (!ok) return FailWith("router", absl::InvalidArgumentError(what));
+  }
 
   const std::string model_path = absl::GetFlag(FLAGS_model);
   auto model = LoadRouterModelInfo(model_path);
@@ -238,9 +258,9 @@ int RunRouter(const std::vector<std::string>&) {
     http::ServerOptions ho;
     ho.host = absl::GetFlag(FLAGS_host);
     ho.port = http_port < 0 ? 0 : http_port;
-    ho.threads = std::max(1, absl::GetFlag(FLAGS_http_threads));
-    ho.max_body_bytes = static_cast<size_t>(
-        std::max<int64_t>(1, absl::GetFlag(FLAGS_http_max_body_bytes)));
+    ho.threads = absl::GetFlag(FLAGS_http_threads);
+    ho.max_body_bytes =
+        static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
     ho.idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout);
     ho.request_timeout = absl::GetFlag(FLAGS_http_request_timeout);
     auto started = http::Server::Start(
