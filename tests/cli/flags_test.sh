@@ -183,6 +183,11 @@ expect 1 "decode --kv_lease_seconds=0 is refused" \
 expect 1 "prefill --max_prefill_queue=-1 is refused" \
   "must be 0 (no limit) or more" \
   -- timeout 20 "$PDSERVE" prefill --port=0 --max_prefill_queue=-1
+expect 1 "generate --concurrency=0 is refused" "--concurrency must be at least 1" \
+  -- timeout 20 "$PDSERVE" generate --target=127.0.0.1:1 --concurrency=0 hi
+expect 1 "router --max_attempts=0 is refused" "--max_attempts must be >= 1" \
+  -- timeout 20 "$PDSERVE" router --mode=colocated \
+  --decode_workers=127.0.0.1:1 --port=0 --http_port=0 --max_attempts=0
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -77,7 +77,7 @@ int RunJsonl(v1::Generation::Stub& stub, const std::string& path) {
     }
   };
   std::vector<std::thread> threads;
-  const int n = std::max(1, absl::GetFlag(FLAGS_concurrency));
+  const int n = absl::GetFlag(FLAGS_concurrency);
   for (int t = 0; t < n; ++t) threads.emplace_back(worker);
   for (auto& t : threads) t.join();
   int rc = 0;
@@ -127,6 +127,14 @@ absl::Status CheckUtf8(const std::string& what, const std::string& s) {
 }
 
 int RunGenerateCmd(const std::vector<std::string>& args) {
+  if (!(absl::GetFlag(FLAGS_timeout_seconds) > 0)) {
+    return FailWith("generate", absl::InvalidArgumentError(
+                                    "--timeout_seconds must be positive"));
+  }
+  if (absl::GetFlag(FLAGS_concurrency) < 1) {
+    return FailWith("generate", absl::InvalidArgumentError(
+                                    "--concurrency must be at least 1"));
+  }
   auto stub = MakeStub();
   if (!stub.ok()) return FailWith("generate", stub.status());
   const std::string jsonl = absl::GetFlag(FLAGS_input_jsonl);
