@@ -21,6 +21,47 @@ std::string Engine::numerics() const { return runner_->numerics(); }
 
 Engine::~Engine() = default;
 
+namespace {
+
+// A lower bound of the bytes the CPU runner packs `config`'s weights into
+// (the layers' matrices in the weight dtype or at the quantization's bits,
+// scales left out; the embedding in the weight dtype; an untied lm_head in
+// the weight dtype, int8 when quantized) plus the KV pool; RESOURCE_EXHAUSTED
+// when that alone exceeds what this process can take: loading would end in
+// an OOM kill minutes later.
+absl::Status CheckMemoryForModel(const EngineOptions& options,
+                                 const ModelConfig& c,
+                                 std::optional<int> checkpoint_bits) {
+  const double h = c.hidden_size;
+  const double linear =
+      static_cast<double>(c.num_layers) *
+      (h * c.q_dim() * 2 + h * c.kv_dim() * 2 + 3 * h * c.intermediate_size);
+  const double dtype_bytes = DTypeSize(options.weight_dtype);
+  std::optional<int> bits = checkpoint_bits;
+  if (options.quantization.has_value()) bits = options.quantization->bits;
+  const double linear_bytes = bits.has_value() ? *bits / 8.0 : dtype_bytes;
+  const double embedding = static_cast<double>(c.vocab_size) * h;
+  double weights = linear * linear_bytes + embedding * dtype_bytes;
+  if (!c.tie_word_embeddings) {
+    weights += embedding * (bits.has_value() ? 1.0 : dtype_bytes);
+  }
+  const double needed = weights + static_cast<double>(options.kv_cache_bytes);
+  ASSIGN_OR_RETURN(const AvailableMemory available, AvailableMemoryNow());
+  if (needed <= static_cast<double>(available.bytes)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s needs at least %.1f GiB (weights %.1f GiB as %s%s, KV pool %.1f "
+      "GiB), more than this process can take: %s; use --dtype=bf16, "
+      "--quantization=int8 or int4, a smaller --kv_cache_memory, or a "
+      "machine with more memory",
+      options.model, needed / (1 << 30), weights / (1 << 30),
+      DTypeName(options.weight_dtype),
+      bits.has_value() ? absl::StrCat(" with ", *bits, "-bit layers") : "",
+      static_cast<double>(options.kv_cache_bytes) / (1 << 30),
+      available.Describe()));
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     const EngineOptions& options) {
   if (options.weight_dtype == DType::kF16) {
@@ -64,6 +105,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     }
     engine->config_ = source->config();
     engine->gen_config_ = source->generation_config();
+    if (options.device == "cpu") {
+      RETURN_IF_ERROR(CheckMemoryForModel(
+          options, source->config(),
+          source->checkpoint_quant().has_value()
+              ? std::optional<int>(source->checkpoint_quant()->bits)
+              : std::nullopt));
+    }
     RunnerOptions ro;
     ro.weight_dtype = options.weight_dtype;
     ro.quantization = options.quantization;

@@ -497,6 +497,21 @@ TEST(EngineOptions, MemorySizesParseAndOversizedOnesAreRefused) {
   EXPECT_NE(huge.status().message().find("MemAvailable"), std::string::npos);
 }
 
+// A model whose weights and KV pool cannot fit what this process may take
+// is refused before anything is loaded (it ended in an OOM kill).
+TEST(EngineOptions, ModelThatCannotFitIsRefusedBeforeLoading) {
+  EngineOptions o;
+  o.model = "synthetic:tiny";
+  o.kv_cache_bytes = int64_t{1} << 60;  // more than any machine has
+  auto e = Engine::Create(o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(e.status())) << e.status();
+  EXPECT_NE(e.status().message().find("needs at least"), std::string::npos)
+      << e.status();
+  o.kv_cache_bytes = int64_t{1} << 20;
+  EXPECT_TRUE(Engine::Create(o).ok());
+}
+
 // Scheduler options out of range are refused up front (max_num_seqs=0 once
 // admitted nothing and hung every request).
 TEST(Scheduler, OptionsOutOfRangeAreRefused) {
