@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,9 +37,29 @@ std::optional<int64_t> ReadNumber(
   return v;
 }
 
-// limit - usage from `dir`/`limit_file` and `dir`/`usage_file`, trying the
-// cgroup's own directory, then the mount's root (inside a container's cgroup
-// namespace, the process's cgroup is the root).
+// The page cache in a cgroup's memory.stat (reclaimable, as MemAvailable
+// counts it): v1's total_ (hierarchical) keys where present.
+int64_t FileCacheBytes(absl::string_view stat) {
+  int64_t plain = 0, total = 0;
+  bool has_total = false;
+  for (absl::string_view line : absl::StrSplit(stat, '\n')) {
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(line, absl::MaxSplits(' ', 1));
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(kv.second, &v)) continue;
+    if (kv.first == "active_file" || kv.first == "inactive_file") plain += v;
+    if (kv.first == "total_active_file" || kv.first == "total_inactive_file") {
+      total += v;
+      has_total = true;
+    }
+  }
+  return has_total ? total : plain;
+}
+
+// limit - (usage - page cache) from `dir`/`limit_file`, `dir`/`usage_file`
+// and `dir`/memory.stat, trying the cgroup's own directory, then the mount's
+// root (inside a container's cgroup namespace, the process's cgroup is the
+// root).
 std::optional<int64_t> Headroom(
     const std::function<std::optional<std::string>(const std::string&)>& read,
     const std::string& mount, const std::string& path,
@@ -48,7 +69,10 @@ std::optional<int64_t> Headroom(
     if (!limit.has_value()) continue;
     // cgroup v1 reports "no limit" as a huge page-aligned number.
     if (*limit >= (int64_t{1} << 60)) return std::nullopt;
-    const int64_t usage = ReadNumber(read, dir + "/" + usage_file).value_or(0);
+    int64_t usage = ReadNumber(read, dir + "/" + usage_file).value_or(0);
+    if (std::optional<std::string> stat = read(dir + "/memory.stat")) {
+      usage = std::max<int64_t>(0, usage - FileCacheBytes(*stat));
+    }
     return std::max<int64_t>(0, *limit - usage);
   }
   return std::nullopt;

@@ -1,7 +1,8 @@
 // How much memory this process may still take: the kernel's estimate of
 // available memory (/proc/meminfo MemAvailable), capped by the memory limit
-// of the process's cgroup less what the cgroup already uses (a container's
-// limit, which MemAvailable does not show). Sizing a KV pool from the
+// of the process's cgroup less what the cgroup already uses besides its
+// reclaimable page cache (a container's limit, which MemAvailable does not
+// show). Sizing a KV pool from the
 // node's figure alone gets a worker in a container OOM-killed.
 // Free functions reading /proc and /sys; thread-safe.
 #ifndef PDSERVE_COMMON_UTIL_SYSTEM_MEMORY_H_

@@ -130,9 +130,18 @@ TEST(SystemMemory, CgroupHeadroomFromV1AndV2Files) {
   files = {
       {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712"}};
   EXPECT_EQ(CgroupHeadroom("4:memory:/\n", read), std::nullopt);
+  // Page cache in the cgroup (reclaimable) does not count as used.
+  files = {{"/sys/fs/cgroup/memory/memory.limit_in_bytes", "4294967296"},
+           {"/sys/fs/cgroup/memory/memory.usage_in_bytes", "3221225472"},
+           {"/sys/fs/cgroup/memory/memory.stat",
+            "cache 2147483648\nactive_file 5\ntotal_active_file "
+            "1073741824\ntotal_inactive_file 1073741824\n"}};
+  EXPECT_EQ(CgroupHeadroom("4:memory:/\n", read), int64_t{3} << 30);
   // v2 with a limit, and with "max".
   files = {{"/sys/fs/cgroup/kubepods/x/memory.max", "1073741824\n"},
-           {"/sys/fs/cgroup/kubepods/x/memory.current", "73741824\n"}};
+           {"/sys/fs/cgroup/kubepods/x/memory.current", "83741824\n"},
+           {"/sys/fs/cgroup/kubepods/x/memory.stat",
+            "anon 73741824\nactive_file 6000000\ninactive_file 4000000\n"}};
   EXPECT_EQ(CgroupHeadroom("0::/kubepods/x\n", read), int64_t{1000000000});
   files = {{"/sys/fs/cgroup/memory.max", "max\n"}};
   EXPECT_EQ(CgroupHeadroom("0::/\n", read), std::nullopt);
