@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/util/logging.h"
@@ -100,6 +101,21 @@ WorkerPool::~WorkerPool() {
     stop_ = true;
   }
   thread_.join();
+}
+
+absl::Status CheckWorkerTargets(absl::string_view flag,
+                                const std::vector<std::string>& targets) {
+  for (const std::string& t : targets) {
+    absl::string_view address = t;
+    absl::ConsumePrefix(&address, "dns:///");
+    absl::StatusOr<HostPort> hp = ParseHostPort(address);
+    if (!hp.ok() || hp->host.empty() || hp->port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", t,
+          "' is not HOST:PORT or dns:///NAME:PORT (port 1 to 65535)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void WorkerPool::Resolve() {

@@ -70,6 +70,12 @@ struct PickHint {
 std::optional<uint64_t> PrefixAffinityKey(absl::Span<const int32_t> prompt,
                                           int block_size, int max_blocks);
 
+// INVALID_ARGUMENT naming --`flag` when a target is not host:port or
+// dns:///name:port with a port in [1, 65535] (such a worker would only ever
+// show as unhealthy).
+absl::Status CheckWorkerTargets(absl::string_view flag,
+                                const std::vector<std::string>& targets);
+
 struct WorkerPoolOptions {
   PoolKind kind = PoolKind::kDecode;
   std::vector<std::string> targets;  // host:port or dns:///name:port

@@ -188,6 +188,10 @@ expect 1 "generate --concurrency=0 is refused" "--concurrency must be at least 1
 expect 1 "router --max_attempts=0 is refused" "--max_attempts must be >= 1" \
   -- timeout 20 "$PDSERVE" router --mode=colocated \
   --decode_workers=127.0.0.1:1 --port=0 --http_port=0 --max_attempts=0
+expect 1 "router refuses a worker target that is not host:port" \
+  "--decode_workers: 'bad' is not HOST:PORT" \
+  -- timeout 20 "$PDSERVE" router --mode=colocated --decode_workers=bad \
+  --port=0 --http_port=0
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -212,6 +212,13 @@ int RunRouter(const std::vector<std::string>&) {
     return FailWith("router",
                     absl::InvalidArgumentError("--decode_workers is required"));
   }
+  for (absl::Status s :
+       {CheckWorkerTargets("prefill_workers",
+                           absl::GetFlag(FLAGS_prefill_workers)),
+        CheckWorkerTargets("decode_workers",
+                           absl::GetFlag(FLAGS_decode_workers))}) {
+    if (!s.ok()) return FailWith("router", s);
+  }
   auto channel_creds = InternalChannelCredentials();
   if (!channel_creds.ok()) return FailWith("router", channel_creds.status());
   WorkerPoolOptions popts;
