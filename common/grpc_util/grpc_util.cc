@@ -3,8 +3,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/util/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -38,6 +40,30 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// A PEM file's text: certificates (a chain or CA bundle) or a private key.
+// gRPC takes anything and fails later without saying which file (a server
+// then "cannot listen", a client never connects).
+enum class Pem { kCertificates, kPrivateKey };
+absl::StatusOr<std::string> ReadPem(const std::string& path, Pem kind) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  const bool ok = kind == Pem::kCertificates
+                      ? absl::StrContains(text, "-----BEGIN CERTIFICATE-----")
+                      : absl::StrContains(text, "-----BEGIN ") &&
+                            absl::StrContains(text, "PRIVATE KEY-----");
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is not a PEM ",
+        kind == Pem::kCertificates
+            ? "certificate (no -----BEGIN CERTIFICATE----- line)"
+            : "private key (no -----BEGIN ... PRIVATE KEY----- line)"));
+  }
+  return text;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
     const TlsFiles& tls, bool require_client_cert) {
   if (!tls.enabled()) return grpc::InsecureServerCredentials();
@@ -50,9 +76,9 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
           ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  auto cert = ReadFileToString(tls.cert);
+  auto cert = ReadPem(tls.cert, Pem::kCertificates);
   if (!cert.ok()) return cert.status();
-  auto key = ReadFileToString(tls.key);
+  auto key = ReadPem(tls.key, Pem::kPrivateKey);
   if (!key.ok()) return key.status();
   pair.cert_chain = *std::move(cert);
   pair.private_key = *std::move(key);
@@ -62,7 +88,7 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
       return absl::InvalidArgumentError(
           "mutual TLS needs a CA (--internal_ca)");
     }
-    auto ca = ReadFileToString(tls.ca);
+    auto ca = ReadPem(tls.ca, Pem::kCertificates);
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *std::move(ca);
   }
@@ -74,14 +100,14 @@ MakeChannelCredentials(const TlsFiles& tls) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions opts;
   if (!tls.ca.empty()) {
-    auto ca = ReadFileToString(tls.ca);
+    auto ca = ReadPem(tls.ca, Pem::kCertificates);
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *std::move(ca);
   }
   if (!tls.cert.empty()) {
-    auto cert = ReadFileToString(tls.cert);
+    auto cert = ReadPem(tls.cert, Pem::kCertificates);
     if (!cert.ok()) return cert.status();
-    auto key = ReadFileToString(tls.key);
+    auto key = ReadPem(tls.key, Pem::kPrivateKey);
     if (!key.ok()) return key.status();
     opts.pem_cert_chain = *std::move(cert);
     opts.pem_private_key = *std::move(key);
@@ -135,7 +161,8 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", options.address,
         ": address already in use or not available (is another process on "
-        "that port? pick another --port, or 0 for any free port)"));
+        "that port? pick another --port, or 0 for any free port), or its "
+        "TLS certificate and key do not match"));
   }
   return out;
 }

@@ -192,6 +192,12 @@ expect 1 "router refuses a worker target that is not host:port" \
   "--decode_workers: 'bad' is not HOST:PORT" \
   -- timeout 20 "$PDSERVE" router --mode=colocated --decode_workers=bad \
   --port=0 --http_port=0
+echo "not a certificate" >"$WORK/not.pem"
+expect 1 "a TLS file that is not PEM is named (it read as 'cannot listen')" \
+  "$WORK/not.pem is not a PEM certificate" \
+  -- timeout 20 "$PDSERVE" router --mode=colocated \
+  --decode_workers=127.0.0.1:1 --port=0 --http_port=0 \
+  --tls_cert="$WORK/not.pem" --tls_key="$WORK/not.pem"
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"
