@@ -289,12 +289,15 @@ TEST(UpTest, RestartNeverLeavesAFailedWorkerDown) {
 // A worker that exits while the cluster starts: up fails, and says why
 // with the end of that worker's log (here UCX refusing a UCX_TLS naming no
 // transport, which --kv_transport=ucx makes fatal).
+// up started with UCX_TLS naming no transport (its children inherit it).
+std::unique_ptr<Up> StartUpWithoutUsableUcx(
+    const std::vector<std::string>& args) {
+  ScopedEnv env("UCX_TLS", "no-such-transport");
+  return StartUp(args);
+}
+
 TEST(UpTest, AWorkerThatCannotStartIsReportedWithItsLog) {
-  std::unique_ptr<Up> up;
-  {
-    ScopedEnv env("UCX_TLS", "no-such-transport");
-    up = StartUp({"--kv_transport=ucx", "--restart=never"});
-  }
+  auto up = StartUpWithoutUsableUcx({"--kv_transport=ucx", "--restart=never"});
   auto st = up->proc.Wait(absl::Seconds(60));
   ASSERT_TRUE(st.ok()) << "up did not give up";
   EXPECT_FALSE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0);
@@ -308,11 +311,8 @@ TEST(UpTest, AWorkerThatCannotStartIsReportedWithItsLog) {
 // start without UCX (they once aborted: a UcxWorker whose initialisation
 // failed joined its thread twice) and KV moves over gRPC.
 TEST(UpTest, UnusableUcxFallsBackToGrpcUnderAuto) {
-  std::unique_ptr<Up> up;
-  {
-    ScopedEnv env("UCX_TLS", "no-such-transport");
-    up = StartUp({"--demo_prompt=Once upon a time", "--max_tokens=20"});
-  }
+  auto up = StartUpWithoutUsableUcx(
+      {"--demo_prompt=Once upon a time", "--max_tokens=20"});
   auto st = up->proc.Wait(absl::Seconds(90));
   ASSERT_TRUE(st.ok()) << "up did not finish";
   const std::string out = up->out();
