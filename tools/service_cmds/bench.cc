@@ -2,13 +2,19 @@
 // request rate (or a sweep of rates), prints the latency/throughput/goodput
 // report, and writes the full result as JSON and plots as SVG. `--compare`
 // prints earlier JSON results side by side and overlays their plots.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -340,6 +346,22 @@ absl::Status CheckFlagsBeforeConnecting() {
   }
   if (absl::GetFlag(FLAGS_num_channels) < 1) {
     return absl::InvalidArgumentError("--num_channels must be at least 1");
+  }
+  // Output files are written after the run: their folder must take them.
+  for (const auto& [flag, path] :
+       {std::pair<const char*, std::string>{"json_out",
+                                            absl::GetFlag(FLAGS_json_out)},
+        {"plot", absl::GetFlag(FLAGS_plot)}}) {
+    if (path.empty()) continue;
+    const std::filesystem::path dir =
+        std::filesystem::path(path).has_parent_path()
+            ? std::filesystem::path(path).parent_path()
+            : std::filesystem::path(".");
+    if (access(dir.c_str(), W_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, "=", path, ": cannot write into ",
+                       dir.string(), " (", std::strerror(errno), ")"));
+    }
   }
   return absl::OkStatus();
 }
