@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -337,7 +338,7 @@ absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
   }
   double value = 0;
   const bool fraction = mult == 0 && absl::StrContains(s, '.');
-  if (!absl::SimpleAtod(s, &value) || value <= 0 ||
+  if (!absl::SimpleAtod(s, &value) || !std::isfinite(value) || value <= 0 ||
       (fraction && value >= 1.0) || (mult == 0 && !fraction && value < 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "bad memory size '", text,
@@ -346,13 +347,13 @@ absl::StatusOr<int64_t> ParseMemorySize(absl::string_view text) {
   }
   ASSIGN_OR_RETURN(const AvailableMemory available, AvailableMemoryNow());
   if (fraction) return static_cast<int64_t>(value * available.bytes);
-  const int64_t bytes = static_cast<int64_t>(value * (mult == 0 ? 1 : mult));
-  if (bytes > available.bytes) {
+  const double bytes = value * (mult == 0 ? 1 : mult);
+  if (bytes > static_cast<double>(available.bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "memory size ", text, " exceeds what this process can take: ",
         available.Describe(), "; give less, or a fraction like 0.5"));
   }
-  return bytes;
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace pdserve

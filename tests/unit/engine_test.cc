@@ -488,7 +488,7 @@ TEST(EngineOptions, MemorySizesParseAndOversizedOnesAreRefused) {
   EXPECT_GT(*tenth, 0);
   EXPECT_LE(*tenth, available->bytes / 5);  // a tenth, give or take churn
   for (const char* bad :
-       {"", "abc", "0", "0.0", "-5MiB", "1.5", "2.0", "MiB"}) {
+       {"", "abc", "0", "0.0", "-5MiB", "1.5", "2.0", "MiB", "inf", "nan"}) {
     EXPECT_TRUE(absl::IsInvalidArgument(ParseMemorySize(bad).status()))
         << "'" << bad << "'";
   }
