@@ -24,9 +24,9 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   auto kv_cache_bytes = ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory));
   if (!kv_cache_bytes.ok()) {
-    return absl::Status(kv_cache_bytes.status().code(),
-                        absl::StrCat("--kv_cache_memory: ",
-                                     kv_cache_bytes.status().message()));
+    return absl::Status(
+        kv_cache_bytes.status().code(),
+        absl::StrCat("--kv_cache_memory: ", kv_cache_bytes.status().message()));
   }
   o.kv_cache_bytes = *kv_cache_bytes;
   o.block_size = absl::GetFlag(FLAGS_block_size);
