@@ -164,7 +164,8 @@ expect 1 "up --http_port=-5 is refused" "--http_port=-5 is not a port" \
   -- timeout 20 "$PDSERVE" up --http_port=-5
 expect 1 "up --mode=weird is refused before starting children" \
   "unknown --mode 'weird'" -- timeout 20 "$PDSERVE" up --mode=weird
-grep -q "logs in" "$WORK/out" && fail "up --mode=weird started children before refusing"
+grep -q "logs in" "$WORK/out" &&
+  fail "up --mode=weird started children before refusing"
 expect 1 "prefill --port=70000 is refused" "--port=70000 is not a port" \
   -- timeout 20 "$PDSERVE" prefill --port=70000
 expect 1 "decode --metrics_port=-7 is refused" \
@@ -172,7 +173,8 @@ expect 1 "decode --metrics_port=-7 is refused" \
   -- timeout 20 "$PDSERVE" decode --metrics_port=-7
 
 # Worker settings that could only hang or misbehave are refused at start.
-expect 1 "decode --max_num_seqs=0 is refused" "max_num_seqs must be at least 1" \
+expect 1 "decode --max_num_seqs=0 is refused" \
+  "max_num_seqs must be at least 1" \
   -- timeout 20 "$PDSERVE" decode --port=0 --max_num_seqs=0
 expect 2 "complete --max_num_seqs=0 is refused (it hung)" \
   "max_num_seqs must be at least 1" \
@@ -184,7 +186,8 @@ expect 1 "decode --kv_lease_seconds=0 is refused" \
 expect 1 "prefill --max_prefill_queue=-1 is refused" \
   "must be 0 (no limit) or more" \
   -- timeout 20 "$PDSERVE" prefill --port=0 --max_prefill_queue=-1
-expect 1 "generate --concurrency=0 is refused" "--concurrency must be at least 1" \
+expect 1 "generate --concurrency=0 is refused" \
+  "--concurrency must be at least 1" \
   -- timeout 20 "$PDSERVE" generate --target=127.0.0.1:1 --concurrency=0 hi
 expect 1 "router --max_attempts=0 is refused" "--max_attempts must be >= 1" \
   -- timeout 20 "$PDSERVE" router --mode=colocated \
