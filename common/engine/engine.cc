@@ -75,9 +75,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (options.max_batch_tokens <= 0) {
     return absl::InvalidArgumentError("max_batch_tokens must be positive");
   }
-  if (options.num_threads < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "threads must be 0 (all cores) or more, got ", options.num_threads));
+  if (options.num_threads < 0 || options.num_threads > kMaxComputeThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("threads must be 0 (all cores) to ", kMaxComputeThreads,
+                     ", got ", options.num_threads));
   }
   if (options.device != "cpu" && options.device != "cuda") {
     return absl::InvalidArgumentError(

@@ -25,6 +25,9 @@ namespace pdserve {
 
 class ModelRunner;
 
+// More compute threads than any machine has cores only fails to start them.
+inline constexpr int kMaxComputeThreads = 1024;
+
 struct EngineOptions {
   // Hugging Face directory, or "synthetic:llama-110m|llama-1b|llama3-8b".
   std::string model = "models/stories260K";
@@ -36,7 +39,7 @@ struct EngineOptions {
   std::optional<DType> kv_dtype;                // default = weight_dtype
   int64_t kv_cache_bytes = int64_t{256} << 20;  // hard budget of the KV pool
   int block_size = 16;
-  int num_threads = 0;          // 0 = all cores
+  int num_threads = 0;          // 0 = all cores; at most kMaxComputeThreads
   int max_batch_tokens = 2048;  // tokens per Forward; sizes workspaces once
   uint64_t synthetic_seed = 0;
   // Registers full KV blocks of computed sequences so that later prompts

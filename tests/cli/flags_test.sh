@@ -187,7 +187,7 @@ expect 1 "prefill --max_prefill_queue=-1 is refused" \
   "must be 0 (no limit) or more" \
   -- timeout 20 "$PDSERVE" prefill --port=0 --max_prefill_queue=-1
 expect 1 "generate --concurrency=0 is refused" \
-  "--concurrency must be at least 1" \
+  "--concurrency must be 1 to 1024" \
   -- timeout 20 "$PDSERVE" generate --target=127.0.0.1:1 --concurrency=0 hi
 expect 1 "router --max_attempts=0 is refused" "--max_attempts must be >= 1" \
   -- timeout 20 "$PDSERVE" router --mode=colocated \
@@ -202,6 +202,10 @@ expect 1 "a TLS file that is not PEM is named (it read as 'cannot listen')" \
   -- timeout 20 "$PDSERVE" router --mode=colocated \
   --decode_workers=127.0.0.1:1 --port=0 --http_port=0 \
   --tls_cert="$WORK/not.pem" --tls_key="$WORK/not.pem"
+expect 1 "complete --threads=100000 is refused (thread creation aborted)" \
+  "threads must be 0 (all cores) to 1024" \
+  -- timeout 20 "$PDSERVE" complete --model=synthetic:tiny --threads=100000 \
+  --prompt_ids=1,2
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

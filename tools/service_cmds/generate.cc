@@ -131,9 +131,10 @@ int RunGenerateCmd(const std::vector<std::string>& args) {
     return FailWith("generate", absl::InvalidArgumentError(
                                     "--timeout_seconds must be positive"));
   }
-  if (absl::GetFlag(FLAGS_concurrency) < 1) {
+  if (absl::GetFlag(FLAGS_concurrency) < 1 ||
+      absl::GetFlag(FLAGS_concurrency) > 1024) {
     return FailWith("generate", absl::InvalidArgumentError(
-                                    "--concurrency must be at least 1"));
+                                    "--concurrency must be 1 to 1024"));
   }
   auto stub = MakeStub();
   if (!stub.ok()) return FailWith("generate", stub.status());

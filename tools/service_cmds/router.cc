@@ -163,8 +163,9 @@ int RunRouter(const std::vector<std::string>&) {
             "--worker_poll_ms must be >= 1"},
            {absl::GetFlag(FLAGS_dns_refresh_seconds) >= 1,
             "--dns_refresh_seconds must be >= 1"},
-           {absl::GetFlag(FLAGS_http_threads) >= 1,
-            "--http_threads must be >= 1"},
+           {absl::GetFlag(FLAGS_http_threads) >= 1 &&
+                absl::GetFlag(FLAGS_http_threads) <= 1024,
+            "--http_threads must be 1 to 1024"},
            {absl::GetFlag(FLAGS_http_max_body_bytes) >= 1,
             "--http_max_body_bytes must be >= 1"},
            {absl::GetFlag(FLAGS_http_request_timeout) > absl::ZeroDuration(),
