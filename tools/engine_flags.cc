@@ -10,6 +10,16 @@
 
 namespace pdserve {
 
+absl::StatusOr<int64_t> KvCacheBytesFromFlags() {
+  auto bytes = ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory));
+  if (!bytes.ok()) {
+    return absl::Status(
+        bytes.status().code(),
+        absl::StrCat("--kv_cache_memory: ", bytes.status().message()));
+  }
+  return *bytes;
+}
+
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions o;
   o.model = absl::GetFlag(FLAGS_model);
@@ -22,13 +32,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     ASSIGN_OR_RETURN(DType kv_dtype, ParseComputeDType(kv));
     o.kv_dtype = kv_dtype;
   }
-  auto kv_cache_bytes = ParseMemorySize(absl::GetFlag(FLAGS_kv_cache_memory));
-  if (!kv_cache_bytes.ok()) {
-    return absl::Status(
-        kv_cache_bytes.status().code(),
-        absl::StrCat("--kv_cache_memory: ", kv_cache_bytes.status().message()));
-  }
-  o.kv_cache_bytes = *kv_cache_bytes;
+  ASSIGN_OR_RETURN(o.kv_cache_bytes, KvCacheBytesFromFlags());
   o.block_size = absl::GetFlag(FLAGS_block_size);
   o.num_threads = absl::GetFlag(FLAGS_threads);
   o.device = absl::GetFlag(FLAGS_device);  // Engine::Create validates it

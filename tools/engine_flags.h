@@ -15,6 +15,10 @@ namespace pdserve {
 // INVALID_ARGUMENT for an unknown dtype or a bad --kv_cache_memory.
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags();
 
+// --kv_cache_memory in bytes (a fraction resolved against the memory
+// available now); the error names the flag (ParseMemorySize).
+absl::StatusOr<int64_t> KvCacheBytesFromFlags();
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_TOOLS_ENGINE_FLAGS_H_

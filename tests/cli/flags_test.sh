@@ -206,6 +206,13 @@ expect 1 "complete --threads=100000 is refused (thread creation aborted)" \
   "threads must be 0 (all cores) to 1024" \
   -- timeout 20 "$PDSERVE" complete --model=synthetic:tiny --threads=100000 \
   --prompt_ids=1,2
+# up: the workers' KV pools together must fit (each worker alone checks
+# only its own, and they start at once).
+expect 1 "up refuses KV pools that do not fit together" \
+  "for each of 3 workers is" "give each less" \
+  -- timeout 20 "$PDSERVE" up --decode=2 --prefill=1 --kv_cache_memory=0.4
+grep -q "logs in" "$WORK/out" &&
+  fail "up started children before refusing the KV pools"
 
 if [ "$FAILS" -ne 0 ]; then echo "$FAILS check(s) failed"; exit 1; fi
 echo "PASS"

@@ -23,18 +23,23 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/engine/engine.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
+#include "common/util/status_macros.h"
 #include "common/util/subprocess.h"
+#include "common/util/system_memory.h"
 #include "router/router_options.h"
 #include "tools/client/generate_client.h"
 #include "tools/common_flags.h"
+#include "tools/engine_flags.h"
 #include "tools/service_cmds/kv_transport_flags.h"
 #include "tools/service_cmds/service_common.h"
 #include "tools/subcommand.h"
@@ -267,6 +272,22 @@ void SuperviseChild(const std::string& self, const std::string& dir,
                absl::FormatDuration(delay).c_str());
 }
 
+// The workers' KV pools (--kv_cache_memory each, a fraction taken of the
+// memory available now) against what this machine can give them together.
+absl::Status CheckKvPoolsFit(int workers) {
+  const std::string per_worker = absl::GetFlag(FLAGS_kv_cache_memory);
+  ASSIGN_OR_RETURN(const int64_t bytes, KvCacheBytesFromFlags());
+  ASSIGN_OR_RETURN(const AvailableMemory available, AvailableMemoryNow());
+  const double total = static_cast<double>(bytes) * workers;
+  if (total <= static_cast<double>(available.bytes)) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "--kv_cache_memory=%s for each of %d workers is %.1f GiB of KV pools "
+      "in all, more than this machine can give: %s; give each less (at most "
+      "%.2f of it, or fewer workers)",
+      per_worker, workers, total / (1 << 30), available.Describe(),
+      0.9 / workers));
+}
+
 int RunUp(const std::vector<std::string>&) {
   BlockTerminationSignals();
   SetLogRole("up");
@@ -294,6 +315,12 @@ int RunUp(const std::vector<std::string>&) {
         "up",
         absl::InvalidArgumentError(
             "need --decode >= 1 and --prefill >= 1 (or --mode=colocated)"));
+  }
+  // Each worker checks its own KV pool against the memory it can take, but
+  // they start at once and see the same free memory: their pools together
+  // must fit, or some are OOM-killed as the pools are made resident.
+  if (absl::Status s = CheckKvPoolsFit(num_p + num_d); !s.ok()) {
+    return FailWith("up", s);
   }
   char dir_template[] = "/tmp/pdserve-up-XXXXXX";
   if (mkdtemp(dir_template) == nullptr) {
