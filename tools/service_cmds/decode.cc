@@ -62,9 +62,7 @@ int RunDecode(const std::vector<std::string>&) {
   auto creds = InternalServerCredentials();
   if (!creds.ok()) return FailWith("decode", creds.status());
   ServerOptions so;
-  auto address = ListenAddress(50053);
-  if (!address.ok()) return FailWith("decode", address.status());
-  so.address = *address;
+  so.address = ListenAddress(50053);
   so.creds = *creds;
   so.services = (*worker)->services();
   auto server = StartServer(so);

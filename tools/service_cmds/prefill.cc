@@ -75,9 +75,7 @@ int RunPrefill(const std::vector<std::string>&) {
   auto creds = InternalServerCredentials();
   if (!creds.ok()) return FailWith("prefill", creds.status());
   ServerOptions so;
-  auto address = ListenAddress(50052);
-  if (!address.ok()) return FailWith("prefill", address.status());
-  so.address = *address;
+  so.address = ListenAddress(50052);
   so.creds = *creds;
   so.services = (*worker)->services();
   auto server = StartServer(so);

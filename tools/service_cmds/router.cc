@@ -123,7 +123,7 @@ int RunRouter(const std::vector<std::string>&) {
   }
   RaiseFileDescriptorLimit();
   if (absl::Status s =
-          CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port), -1);
+          CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port));
       !s.ok()) {
     return FailWith("router", s);
   }
@@ -244,9 +244,7 @@ int RunRouter(const std::vector<std::string>&) {
   auto creds = MakeServerCredentials(public_tls, /*require_client_cert=*/false);
   if (!creds.ok()) return FailWith("router", creds.status());
   ServerOptions so;
-  auto address = ListenAddress(50051);
-  if (!address.ok()) return FailWith("router", address.status());
-  so.address = *address;
+  so.address = ListenAddress(50051);
   so.creds = *creds;
   // Requests up to 4x the limit reach validation (a clear INVALID_ARGUMENT);
   // larger ones are refused by gRPC itself (RESOURCE_EXHAUSTED).

@@ -80,18 +80,18 @@ InternalChannelCredentials() {
   return MakeChannelCredentials(InternalTlsFromFlags());
 }
 
-absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest) {
-  if (port < lowest || port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", port, " is not a port (", lowest, " to 65535)"));
+absl::Status CheckPortFlag(absl::string_view flag, int port) {
+  if (port < -1 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", port, " is not a port (-1 to 65535)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckServiceFlags() {
-  RETURN_IF_ERROR(CheckPortFlag("port", absl::GetFlag(FLAGS_port), -1));
+  RETURN_IF_ERROR(CheckPortFlag("port", absl::GetFlag(FLAGS_port)));
   RETURN_IF_ERROR(
-      CheckPortFlag("metrics_port", absl::GetFlag(FLAGS_metrics_port), -1));
+      CheckPortFlag("metrics_port", absl::GetFlag(FLAGS_metrics_port)));
   if (absl::GetFlag(FLAGS_drain_timeout_seconds) < 0) {
     return absl::InvalidArgumentError(
         "--drain_timeout_seconds must be 0 (stop at once) or more");
@@ -99,9 +99,8 @@ absl::Status CheckServiceFlags() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ListenAddress(int default_port) {
+std::string ListenAddress(int default_port) {
   int port = absl::GetFlag(FLAGS_port);
-  RETURN_IF_ERROR(CheckPortFlag("port", port, -1));
   if (port < 0) port = default_port;
   return absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
 }

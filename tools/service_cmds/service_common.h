@@ -45,14 +45,15 @@ InternalServerCredentials();
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
 InternalChannelCredentials();
 
-// --host:--port (or `default_port` when --port is -1); INVALID_ARGUMENT
-// for a --port outside [-1, 65535] (gRPC would wrap it modulo 65536).
-absl::StatusOr<std::string> ListenAddress(int default_port);
+// --host:--port (or `default_port` when --port is -1); --port was checked
+// by CheckServiceFlags (gRPC would wrap one above 65535 modulo 65536).
+std::string ListenAddress(int default_port);
 // The flags every service takes (--port, --metrics_port,
 // --drain_timeout_seconds), checked before a role loads anything.
 absl::Status CheckServiceFlags();
-// INVALID_ARGUMENT unless `lowest` <= `port` <= 65535, naming --`flag`.
-absl::Status CheckPortFlag(absl::string_view flag, int port, int lowest);
+// INVALID_ARGUMENT unless -1 <= `port` <= 65535 (-1: the default, 0: any
+// free port), naming --`flag`.
+absl::Status CheckPortFlag(absl::string_view flag, int port);
 
 struct DrainHooks {
   std::function<void()> start_draining;  // stop accepting new work

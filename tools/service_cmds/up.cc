@@ -306,8 +306,8 @@ int RunUp(const std::vector<std::string>&) {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   for (absl::Status s :
        {ParseRouterMode(mode).status(),
-        CheckPortFlag("port", absl::GetFlag(FLAGS_port), -1),
-        CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port), -1)}) {
+        CheckPortFlag("port", absl::GetFlag(FLAGS_port)),
+        CheckPortFlag("http_port", absl::GetFlag(FLAGS_http_port))}) {
     if (!s.ok()) return FailWith("up", s);
   }
   if (num_d < 1 || num_p < 0 || (num_p == 0 && mode != "colocated")) {
