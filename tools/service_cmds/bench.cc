@@ -338,8 +338,7 @@ absl::Status CheckFlagsBeforeConnecting() {
   }
   if (absl::GetFlag(FLAGS_max_concurrency) < 0) {
     return absl::InvalidArgumentError(
-        "--max_concurrency must be 0 (no cap) "
-        "or more");
+        "--max_concurrency must be 0 (no cap) or more");
   }
   if (!(absl::GetFlag(FLAGS_request_timeout_s) > 0)) {
     return absl::InvalidArgumentError("--request_timeout_s must be positive");
