@@ -145,11 +145,12 @@ int GenerationCore::in_flight() const {
 
 void GenerationCore::EndUnrun(ResponseSink& sink, absl::Time arrival,
                               const RequestEnd& end) {
-  sink.Finish(end);
+  // Counted before the client sees the end (as RequestRun::End does).
   metrics::RequestSummary summary;
   summary.code = end.status.code();
   summary.e2e_seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
   metrics_->RequestFinished(summary);
+  sink.Finish(end);
 }
 
 std::shared_ptr<RequestHandle> GenerationCore::Generate(

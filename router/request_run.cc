@@ -572,18 +572,21 @@ void RequestRun::End(absl::Status status) {
   if (absl::IsResourceExhausted(end.status)) {
     end.retry_after_ms = env_.options->retry_after_ms;
   }
-  sink_->Finish(end);
   // Release the workers' load counts now; calls still finishing hold only
   // their own state.
   if (attempt_ != nullptr) {
     attempt_->prefill_load.reset();
     attempt_->decode_load.reset();
   }
+  // The end callback records the request in the router's metrics; it runs
+  // before the client sees the end, so a scrape made after the client's
+  // answer always counts it.
   if (on_end_) {
     EndCallback cb = std::move(on_end_);
     on_end_ = nullptr;
     cb(end, stream_);
   }
+  sink_->Finish(end);
 }
 
 }  // namespace pdserve

@@ -49,8 +49,9 @@ struct PipelineEnv {
 
 class RequestRun : public std::enable_shared_from_this<RequestRun> {
  public:
-  // `on_end` runs once, after sink->Finish, with the request's outcome (the
-  // core's bookkeeping: metrics, in-flight count, admission).
+  // `on_end` runs once, just before sink->Finish, with the request's outcome
+  // (the core's bookkeeping: metrics, in-flight count, admission), so the
+  // metrics count a request before its client sees it end.
   using EndCallback =
       std::function<void(const RequestEnd& end, const ClientStream& stream)>;
   static std::shared_ptr<RequestRun> Create(
