@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/util/fd_limit.h"
 #include "tools/subcommand.h"
 
 namespace pdserve {
@@ -254,5 +255,8 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<std::string> rest(positional.begin(), positional.end());
+  // Connections, channels and endpoints each take a descriptor: the hard
+  // limit is what the operator set, the soft one is often a 1024 default.
+  pdserve::RaiseOpenFileLimit();
   return cmd.run(rest);
 }

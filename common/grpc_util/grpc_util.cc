@@ -1,13 +1,17 @@
 #include "common/grpc_util/grpc_util.h"
 
 #include <fstream>
+#include <mutex>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/util/logging.h"
 #include "common/util/status_macros.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/support/log.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -136,7 +140,45 @@ std::shared_ptr<grpc::Channel> MakeChannel(
       target, creds ? creds : grpc::InsecureChannelCredentials(), args);
 }
 
+namespace {
+
+absl::Mutex g_listener_failure_mu;
+// Never destroyed: gRPC threads may still log while the process exits.
+std::optional<std::string>& ListenerFailureLocked()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(g_listener_failure_mu) {
+  static auto* failure = new std::optional<std::string>();
+  return *failure;
+}
+
+// gRPC's log lines, in pdserve's format and at its levels (gRPC has already
+// applied GRPC_VERBOSITY before calling this).
+void RouteGrpcLog(gpr_log_func_args* args) {
+  const absl::string_view file =
+      args->file == nullptr ? "" : absl::string_view(args->file);
+  const absl::string_view base = file.substr(file.rfind('/') + 1);
+  const std::string line =
+      absl::StrCat("grpc ", base, ":", args->line, ": ", args->message);
+  LogLevel level = LogLevel::kInfo;
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) level = LogLevel::kError;
+  if (args->severity == GPR_LOG_SEVERITY_DEBUG) level = LogLevel::kDebug;
+  if (absl::StartsWith(args->message, "Failed accept4")) {
+    absl::MutexLock lock(&g_listener_failure_mu);
+    std::optional<std::string>& failure = ListenerFailureLocked();
+    if (!failure.has_value()) failure = args->message;
+  }
+  if (LogEnabled(level)) LogLine(level, line);
+}
+
+}  // namespace
+
+std::optional<std::string> GrpcListenerFailure() {
+  absl::MutexLock lock(&g_listener_failure_mu);
+  return ListenerFailureLocked();
+}
+
 absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
+  static std::once_flag route_log;
+  std::call_once(route_log, [] { gpr_set_log_function(RouteGrpcLog); });
   grpc::EnableDefaultHealthCheckService(true);
   if (options.reflection)
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -6,6 +6,7 @@
 #define PDSERVE_COMMON_GRPC_UTIL_GRPC_UTIL_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,8 +72,17 @@ struct StartedServer {
   int port = 0;
 };
 // Builds and starts a server with the default grpc.health.v1 service
-// (SERVING) and, when asked, server reflection.
+// (SERVING) and, when asked, server reflection. Also routes gRPC's own log
+// lines through pdserve's log (common/util/logging.h), once per process.
 absl::StatusOr<StartedServer> StartServer(const ServerOptions& options);
+
+// gRPC 1.51 gives up on a listening socket when accept fails with anything
+// but EAGAIN, ECONNABORTED or EINTR (EMFILE above all: out of descriptors):
+// the port stays bound and no connection is accepted again, while those
+// already open keep working. Its one trace is the log line "Failed
+// accept4: ..."; the log route StartServer installs watches for it. Returns
+// that line once it was logged (nullopt before). Thread-safe.
+std::optional<std::string> GrpcListenerFailure();
 
 // grpc.health.v1 Check of the overall server (service ""). OK when SERVING,
 // UNAVAILABLE (with the reason) otherwise.

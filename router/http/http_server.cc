@@ -22,6 +22,8 @@
 #include "boost/asio/write.hpp"
 #include "boost/beast/core/flat_buffer.hpp"
 #include "boost/beast/http.hpp"
+#include "common/util/fd_limit.h"
+#include "common/util/logging.h"
 
 namespace pdserve::http {
 
@@ -467,6 +469,20 @@ class Server::Impl {
               : ""));
     }
     port_ = acceptor_.local_endpoint().port();
+    // Leave descriptors for gRPC channels, files and the connections the
+    // router opens itself: beyond, new connections are closed at once
+    // instead of failing to be accepted (and waiting in the backlog).
+    const int64_t fd_limit = OpenFileLimit();
+    max_connections_ = state_.options.max_connections;
+    if (fd_limit - kReservedDescriptors <
+        static_cast<int64_t>(max_connections_)) {
+      max_connections_ = static_cast<size_t>(
+          std::max<int64_t>(16, fd_limit - kReservedDescriptors));
+      PDSERVE_LOG_INFO(
+          "HTTP: at most %zu connections: the open-file limit is %lld "
+          "(raise `ulimit -n` for more)",
+          max_connections_, static_cast<long long>(fd_limit));
+    }
     Accept();
     for (int i = 0; i < std::max(1, state_.options.threads); ++i) {
       threads_.emplace_back([this] { ioc_.run(); });
@@ -479,7 +495,11 @@ class Server::Impl {
                                                           tcp::socket socket) {
       if (ec) {
         if (ec == net::error::operation_aborted) return;  // closed
-      } else if (state_.connections.load() >= state_.options.max_connections) {
+        // Out of descriptors (EMFILE/ENFILE) or memory: accepting again at
+        // once would spin a core while the cause lasts. Say so, then retry.
+        AcceptFailed(ec);
+        return;
+      } else if (state_.connections.load() >= max_connections_) {
         ErrorCode ignored;
         socket.close(ignored);
       } else {
@@ -495,6 +515,22 @@ class Server::Impl {
         conn->Begin();
       }
       if (!state_.draining.load()) Accept();
+    });
+  }
+
+  void AcceptFailed(const ErrorCode& ec) {
+    const absl::Time now = absl::Now();
+    if (now - last_accept_warning_ >= absl::Seconds(10)) {
+      last_accept_warning_ = now;
+      PDSERVE_LOG_WARNING(
+          "HTTP: cannot accept connections: %s (%d open; open-file limit "
+          "%lld: raise `ulimit -n`); retrying every 100 ms",
+          ec.message().c_str(), static_cast<int>(state_.connections.load()),
+          static_cast<long long>(OpenFileLimit()));
+    }
+    accept_retry_.expires_after(std::chrono::milliseconds(100));
+    accept_retry_.async_wait([this](ErrorCode wait_ec) {
+      if (!wait_ec && !state_.draining.load()) Accept();
     });
   }
 
@@ -536,9 +572,14 @@ class Server::Impl {
   int active_requests() const { return state_.active_requests.load(); }
 
  private:
+  static constexpr int64_t kReservedDescriptors = 256;
+
   ServerState state_;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
+  net::steady_timer accept_retry_{ioc_};
+  absl::Time last_accept_warning_ = absl::InfinitePast();
+  size_t max_connections_ = 0;  // options.max_connections, within the limit
   std::vector<std::thread> threads_;
   int port_ = 0;
   bool stopped_ = false;

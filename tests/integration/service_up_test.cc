@@ -2,10 +2,19 @@
 // cluster started with up serves requests; no child outlives up, whether it
 // is stopped with SIGTERM or killed with SIGKILL; a child killed with
 // SIGKILL is restarted on its port and serves again (--restart=on-failure),
-// requests sent meanwhile waiting for it, or stays down (--restart=never).
+// requests sent meanwhile waiting for it, or stays down (--restart=never);
+// so is a router whose gRPC listener ran out of descriptors.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -321,6 +330,73 @@ TEST(UpTest, UnusableUcxFallsBackToGrpcUnderAuto) {
       << DescribeWaitStatus(*st) << out << err;
   EXPECT_TRUE(absl::StrContains(out, "Once upon a time")) << out;
   EXPECT_TRUE(absl::StrContains(err, "cluster stopped")) << err;
+}
+
+// Open descriptors of process `pid` (-1 when /proc cannot be read).
+int OpenDescriptors(int pid) {
+  DIR* dir = opendir(absl::StrCat("/proc/", pid, "/fd").c_str());
+  if (dir == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(dir)) n += e->d_name[0] != '.';
+  closedir(dir);
+  return n;
+}
+
+// gRPC 1.51 stops accepting on a listener whose accept failed with EMFILE.
+// A router that ran out of descriptors (its limit lowered under it, then
+// flooded with connections) says so, exits, and up restarts it on its
+// port, where it serves again.
+TEST(UpTest, ARouterOutOfDescriptorsIsRestartedAndServesAgain) {
+  auto up = StartUp({"--prefill=1", "--decode=1"});
+  const std::string router = WaitReady(*up);
+  ASSERT_FALSE(router.empty())
+      << up->out() << ReadFile(up->dir.path() + "/err");
+  const ChildLine before = ChildLines(up->out())["router"];
+  ASSERT_GT(before.pid, 0) << up->out();
+  const int open_now = OpenDescriptors(before.pid);
+  ASSERT_GT(open_now, 0);
+  const rlim_t low = static_cast<rlim_t>(open_now + 16);
+  const rlimit limit{low, low};
+  ASSERT_EQ(prlimit(before.pid, RLIMIT_NOFILE, &limit, nullptr), 0)
+      << std::strerror(errno);
+  std::vector<int> flood;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(before.port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      close(fd);
+      break;
+    }
+    flood.push_back(fd);
+  }
+  const ChildLine after = WaitForRestart(*up, "router", before.pid);
+  for (int fd : flood) close(fd);
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  ASSERT_GT(after.pid, 0) << err;
+  EXPECT_EQ(after.port, before.port);
+  // The router's own log says why (up names that log).
+  EXPECT_TRUE(absl::StrContains(
+      err, absl::StrCat("router (pid ", before.pid, ") exited with code 3")))
+      << err;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  auto stub = v1::Generation::NewStub(
+      MakeChannel(router, grpc::InsecureChannelCredentials()));
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<GenerateResult> r = absl::UnavailableError("not tried");
+  while (absl::Now() < deadline) {
+    r = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                    absl::Seconds(10));
+    if (r.ok()) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  ASSERT_TRUE(r.ok()) << r.status() << ReadFile(up->dir.path() + "/err");
+  EXPECT_EQ(r->output_ids, ref.output_ids);
+  up->proc.Signal(SIGTERM);
+  (void)up->proc.Wait(absl::Seconds(30));
 }
 
 TEST(UpTest, BadRestartPolicyIsRefused) {

@@ -8,6 +8,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util/grpc_util.h"
+#include "common/util/fd_limit.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
 #include "common/util/status_macros.h"
@@ -127,10 +129,25 @@ int ServeUntilTerminated(grpc::Server& server, int port,
               absl::GetFlag(FLAGS_host).c_str(), port);
   std::fflush(stdout);
   std::optional<int> sig;
+  std::optional<std::string> listener_failure;
   while (!(sig = WaitForTerminationSignal(absl::Seconds(1))).has_value()) {
+    if ((listener_failure = GrpcListenerFailure()).has_value()) break;
   }
-  PDSERVE_LOG_INFO("signal %d: draining (up to %ds)", *sig,
-                   absl::GetFlag(FLAGS_drain_timeout_seconds));
+  if (listener_failure.has_value()) {
+    // No new connection can ever reach this process: finish what runs on
+    // the open ones, then exit non-zero so that a supervisor (`up`,
+    // Kubernetes) starts a fresh one.
+    PDSERVE_LOG_ERROR(
+        "the gRPC listener on port %d stopped accepting connections (%s; "
+        "gRPC 1.51 does not retry): draining (up to %ds), then exiting with "
+        "status %d so that a supervisor restarts this process. Open-file "
+        "limit: %lld; raise `ulimit -n` if that is what ran out",
+        port, *listener_failure, absl::GetFlag(FLAGS_drain_timeout_seconds),
+        kExitListenerFailed, static_cast<long long>(OpenFileLimit()));
+  } else {
+    PDSERVE_LOG_INFO("signal %d: draining (up to %ds)", *sig,
+                     absl::GetFlag(FLAGS_drain_timeout_seconds));
+  }
   if (auto* health = server.GetHealthCheckService())
     health->SetServingStatus(false);
   if (hooks.start_draining) hooks.start_draining();
@@ -145,7 +162,7 @@ int ServeUntilTerminated(grpc::Server& server, int port,
     PDSERVE_LOG_WARNING("drain timeout: %d requests still in flight", left);
   server.Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   PDSERVE_LOG_INFO("stopped");
-  return 0;
+  return listener_failure.has_value() ? kExitListenerFailed : 0;
 }
 
 absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromFlags(

@@ -59,10 +59,15 @@ struct DrainHooks {
   std::function<void()> start_draining;  // stop accepting new work
   std::function<int()> active;           // work still in flight
 };
+// The exit status of a role whose gRPC listener stopped accepting
+// connections (GrpcListenerFailure): a failure, so supervisors restart it.
+inline constexpr int kExitListenerFailed = 3;
 // Announces the bound port (stdout line + --port_file), serves until SIGINT
-// or SIGTERM, then drains: health NOT_SERVING, start_draining(), waits up to
-// --drain_timeout_seconds for active() == 0, shuts the server down. Returns
-// the exit code. Call BlockTerminationSignals() before starting threads.
+// or SIGTERM, or until the gRPC listener stopped accepting, then drains:
+// health NOT_SERVING, start_draining(), waits up to --drain_timeout_seconds
+// for active() == 0, shuts the server down. Returns the exit code (0, or
+// kExitListenerFailed). Call BlockTerminationSignals() before starting
+// threads.
 int ServeUntilTerminated(grpc::Server& server, int port,
                          const std::string& role, const DrainHooks& hooks);
 

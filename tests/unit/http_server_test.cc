@@ -1,0 +1,153 @@
+// The HTTP server (router/http/http_server) at the open-file limit: a server
+// that cannot accept (EMFILE) must neither spin a core nor stop serving once
+// descriptors are free again, and one whose limit is below its connection
+// cap closes the surplus connections instead of leaving them unaccepted.
+#include "router/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace pdserve::http {
+namespace {
+
+// Restores the soft open-file limit at scope exit.
+class ScopedFileLimit {
+ public:
+  explicit ScopedFileLimit(rlim_t soft) {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = soft;
+    ok_ = setrlimit(RLIMIT_NOFILE, &lowered) == 0;
+  }
+  ~ScopedFileLimit() { setrlimit(RLIMIT_NOFILE, &saved_); }
+  bool ok() const { return ok_; }
+
+ private:
+  rlimit saved_{};
+  bool ok_ = false;
+};
+
+int ConnectTo(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+// Sends a GET and returns what comes back until the server closes or the
+// receive times out ("" when nothing came).
+std::string Get(int fd) {
+  const std::string request =
+      "GET /ping HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) return "";
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
+  return response;
+}
+
+double ProcessCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec +
+         1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+}
+
+std::unique_ptr<Server> StartPingServer() {
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server =
+      Server::Start(options, [](Request, std::shared_ptr<Responder> responder) {
+        responder->Send(200, "text/plain", "pong");
+      });
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+TEST(HttpServerTest, OutOfDescriptorsNeitherSpinsNorStopsServing) {
+  auto server = StartPingServer();
+  ASSERT_NE(server, nullptr);
+  const int port = server->port();
+  // Take every descriptor but two under a low limit, then connect twice:
+  // the kernel completes both handshakes, the server cannot accept them.
+  ScopedFileLimit limit(256);
+  ASSERT_TRUE(limit.ok());
+  std::vector<int> filler;
+  for (int fd; (fd = open("/dev/null", O_RDONLY)) >= 0;) filler.push_back(fd);
+  ASSERT_GE(filler.size(), 2u);
+  close(filler.back());
+  filler.pop_back();
+  close(filler.back());
+  filler.pop_back();
+  const int first = ConnectTo(port);
+  const int second = ConnectTo(port);
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  // A server that retried accept at once would burn a core for this second
+  // (the test thread only sleeps).
+  const double cpu_before = ProcessCpuSeconds();
+  absl::SleepFor(absl::Seconds(1));
+  const double cpu_spent = ProcessCpuSeconds() - cpu_before;
+  EXPECT_LT(cpu_spent, 0.5) << "the server spins while it cannot accept";
+  for (int fd : filler) close(fd);
+  // With descriptors free again both connections are served.
+  EXPECT_NE(Get(first).find("pong"), std::string::npos);
+  EXPECT_NE(Get(second).find("pong"), std::string::npos);
+  close(first);
+  close(second);
+}
+
+TEST(HttpServerTest, ConnectionsBeyondTheLimitAreClosedNotLeftWaiting) {
+  // The cap is taken from the limit when the server starts.
+  std::unique_ptr<Server> server;
+  {
+    ScopedFileLimit limit(256 + 4);
+    ASSERT_TRUE(limit.ok());
+    server = StartPingServer();
+  }
+  ASSERT_NE(server, nullptr);
+  std::vector<int> clients;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ConnectTo(server->port());
+    ASSERT_GE(fd, 0);
+    clients.push_back(fd);
+  }
+  // Every client gets an answer: a response, or the connection closed
+  // (read returns 0 or a reset), never a wait until the receive timeout.
+  int served = 0;
+  for (int fd : clients) {
+    const absl::Time start = absl::Now();
+    const std::string response = Get(fd);
+    if (response.find("pong") != std::string::npos) ++served;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(9))
+        << "a connection beyond the cap was left unanswered";
+    close(fd);
+  }
+  EXPECT_GE(served, 1);
+  EXPECT_LT(served, 40);
+}
+
+}  // namespace
+}  // namespace pdserve::http
