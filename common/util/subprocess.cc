@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -135,6 +136,19 @@ std::string DescribeWaitStatus(int status) {
                         strsignal(WTERMSIG(status)), ")");
   }
   return absl::StrCat("wait status ", status);
+}
+
+absl::StatusOr<std::string> MakeTempDirectory(const std::string& prefix) {
+  const char* env = std::getenv("TMPDIR");
+  const std::string base = env != nullptr && *env != '\0' ? env : "/tmp";
+  std::string path = absl::StrCat(base, "/", prefix, "XXXXXX");
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create a folder in ", base,
+                     env != nullptr && *env != '\0' ? " ($TMPDIR)" : "", ": ",
+                     strerror(errno), "; set TMPDIR to a writable folder"));
+  }
+  return path;
 }
 
 std::string SelfExecutablePath() {

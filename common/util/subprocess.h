@@ -64,6 +64,11 @@ std::string DescribeWaitStatus(int status);
 // Path of the running executable (/proc/self/exe resolved).
 std::string SelfExecutablePath();
 
+// Creates a fresh folder "$TMPDIR/<prefix>XXXXXX" (/tmp when TMPDIR is unset
+// or empty) for the logs and files of child processes; the error names the
+// folder and what to do.
+absl::StatusOr<std::string> MakeTempDirectory(const std::string& prefix);
+
 }  // namespace pdserve
 
 #endif  // PDSERVE_COMMON_UTIL_SUBPROCESS_H_

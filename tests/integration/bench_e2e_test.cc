@@ -15,6 +15,7 @@
 #include "absl/time/clock.h"
 #include "common/util/net.h"
 #include "common/util/subprocess.h"
+#include "common/util/scoped_env.h"
 #include "gtest/gtest.h"
 #include "tools/loadgen/report.h"
 
@@ -49,6 +50,7 @@ class Cluster {
     SubprocessOptions opts;
     opts.stdout_path = stdout_path_;
     opts.stderr_path = dir + "/up.err";
+    ScopedEnv tmpdir("TMPDIR", dir);  // up's log folder goes there
     auto up = Subprocess::Start(argv, opts);
     ASSERT_TRUE(up.ok()) << up.status();
     up_ = *std::move(up);

@@ -70,6 +70,9 @@ std::unique_ptr<Up> StartUp(const std::vector<std::string>& args) {
   SubprocessOptions so;
   so.stdout_path = up->out_path();
   so.stderr_path = up->dir.path() + "/err";
+  // up's children log into a folder under TMPDIR: the test's, removed
+  // with it.
+  ScopedEnv tmpdir("TMPDIR", up->dir.path());
   auto proc = Subprocess::Start(argv, so);
   EXPECT_TRUE(proc.ok());
   up->proc = *std::move(proc);

@@ -35,6 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/util/scoped_env.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/worker.grpc.pb.h"
@@ -222,6 +223,7 @@ TEST(ChaosSoak, RandomWorkerKillsLoseNothingAndLeakNothing) {
   SubprocessOptions so;
   so.stdout_path = dir.path() + "/up.out";
   so.stderr_path = dir.path() + "/up.err";
+  ScopedEnv tmpdir("TMPDIR", dir.path());  // up's log folder goes there
   auto up = Subprocess::Start(
       {PdserveBinary(), "up", "--port=0", "--http_port=0", "--prefill=1",
        "--decode=2", absl::StrCat("--model=", kModel),

@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "common/util/net.h"
 #include "common/util/scoped_env.h"
+#include "common/util/status_macros.h"
 #include "common/util/subprocess.h"
 
 namespace pdserve {
@@ -105,11 +106,8 @@ absl::StatusOr<double> UcxPerftestGbps(const std::string& test,
     return absl::NotFoundError(
         "ucx_perftest not found (Debian package ucx-utils)");
   }
-  char dir_template[] = "/tmp/pdserve-perftest-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp: ", strerror(errno)));
-  }
-  const std::string dir = dir_template;
+  ASSIGN_OR_RETURN(const std::string dir,
+                   MakeTempDirectory("pdserve-perftest-"));
   const std::string out = dir + "/client.out";
   absl::StatusOr<double> result = absl::UnavailableError("not run");
   ScopedEnv env("UCX_TLS", tls);

@@ -322,11 +322,14 @@ int RunUp(const std::vector<std::string>&) {
   if (absl::Status s = CheckKvPoolsFit(num_p + num_d); !s.ok()) {
     return FailWith("up", s);
   }
-  char dir_template[] = "/tmp/pdserve-up-XXXXXX";
-  if (mkdtemp(dir_template) == nullptr) {
-    return FailWith("up", absl::InternalError("mkdtemp failed"));
+  absl::StatusOr<std::string> log_dir = MakeTempDirectory("pdserve-up-");
+  if (!log_dir.ok()) {
+    return FailWith("up",
+                    absl::Status(log_dir.status().code(),
+                                 absl::StrCat("children's logs: ",
+                                              log_dir.status().message())));
   }
-  const std::string dir = dir_template;
+  const std::string dir = *log_dir;
   const std::string self = SelfExecutablePath();
   int threads = absl::GetFlag(FLAGS_threads);
   if (threads == 0) {
