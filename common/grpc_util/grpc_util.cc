@@ -150,8 +150,9 @@ std::optional<std::string>& ListenerFailureLocked()
   return *failure;
 }
 
-// gRPC's log lines, in pdserve's format and at its levels (gRPC has already
-// applied GRPC_VERBOSITY before calling this).
+// gRPC's log lines, in pdserve's format and at its levels. Each is printed:
+// gRPC has already applied GRPC_VERBOSITY (default ERROR) before calling
+// this, so GRPC_VERBOSITY=debug still shows gRPC's debug lines.
 void RouteGrpcLog(gpr_log_func_args* args) {
   const absl::string_view file =
       args->file == nullptr ? "" : absl::string_view(args->file);
@@ -166,7 +167,7 @@ void RouteGrpcLog(gpr_log_func_args* args) {
     std::optional<std::string>& failure = ListenerFailureLocked();
     if (!failure.has_value()) failure = args->message;
   }
-  if (LogEnabled(level)) LogLine(level, line);
+  LogLine(level, line);
 }
 
 }  // namespace
