@@ -151,6 +151,8 @@ for args in "--num_prompts=-1|--num_prompts must be positive" \
   "--burstiness=0|--burstiness must be positive" \
   "--request_rate=fast|bad request rate 'fast'" \
   "--max_concurrency=-1|--max_concurrency must be 0" \
+  "--top_p=2|--top_p must be in (0, 1]" \
+  "--temperature=-1|--temperature must be >= 0" \
   "--json_out=/nonexistent/x.json|cannot write into /nonexistent"; do
   expect 1 "bench ${args%%|*} is refused before connecting" "${args#*|}" \
     -- timeout 5 "$PDSERVE" bench --target=127.0.0.1:1 "${args%%|*}"

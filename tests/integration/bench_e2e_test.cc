@@ -2,6 +2,7 @@
 // `pdserve bench` as a separate process; the JSON result must count exactly
 // the requests and tokens sent, with no errors. Also a 2-rate sweep and the
 // --compare mode over the two runs. No timing assertions.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/util/net.h"
-#include "common/util/subprocess.h"
 #include "common/util/scoped_env.h"
+#include "common/util/subprocess.h"
 #include "gtest/gtest.h"
 #include "tools/loadgen/report.h"
 
@@ -199,6 +200,30 @@ TEST_P(BenchE2eTest, ReportCountsRequestsAndTokens) {
       << out;
   EXPECT_NE(out.find("TPOT p99 (ms)"), std::string::npos) << out;
   EXPECT_NE(out.find(mode), std::string::npos) << out;
+}
+
+// A run in which every request fails measured nothing: bench prints its
+// report (the errors counted) and exits 1 naming the first error.
+TEST_F(BenchE2eTest, ARunInWhichEveryRequestFailsExitsNonZero) {
+  Cluster cluster;
+  // The router refuses every prompt above 8 tokens; bench sends 16.
+  ASSERT_NO_FATAL_FAILURE(
+      cluster.Start(dir_, {"--threads=1", "--decode=1", "--prefill=1",
+                           "--router_args=--max_prompt_tokens=8"}));
+  std::string out;
+  const int status =
+      RunBench(dir_, "all_failed",
+               {absl::StrCat("--target=", cluster.target()), "--num_prompts=4",
+                "--input_len=16", "--output_len=4"},
+               &out);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;
+  EXPECT_NE(out.find("Requests (ok/failed/total):        0/4/4"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("all 4 requests failed, nothing was measured; the "
+                     "first: INVALID_ARGUMENT"),
+            std::string::npos)
+      << out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, BenchE2eTest,

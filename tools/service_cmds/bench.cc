@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/sampling/sampler.h"
 #include "common/tokenizer/tokenizer.h"
 #include "common/util/status_macros.h"
 #include "tools/common_flags.h"
@@ -332,6 +333,14 @@ absl::Status CheckFlagsBeforeConnecting() {
     RETURN_IF_ERROR(
         loadgen::ParseRequestRate(absl::GetFlag(FLAGS_request_rate)).status());
   }
+  SamplingParams sampling;
+  sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
+  sampling.top_p = static_cast<float>(absl::GetFlag(FLAGS_top_p));
+  sampling.top_k = absl::GetFlag(FLAGS_top_k);
+  sampling.min_p = static_cast<float>(absl::GetFlag(FLAGS_min_p));
+  if (absl::Status s = ValidateSamplingParams(sampling); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", s.message()));
+  }
   if (!(absl::GetFlag(FLAGS_burstiness) > 0)) {
     return absl::InvalidArgumentError(
         "--burstiness must be positive (1 = Poisson arrivals)");
@@ -438,6 +447,23 @@ absl::Status RunBench() {
   }
   if (!plot.empty()) {
     RETURN_IF_ERROR(WriteFile(plot, loadgen::RenderBenchSvg({result})));
+  }
+  // A run in which nothing completed measured nothing: fail it, naming the
+  // first error (failures among completed requests are part of the result).
+  if (result.metrics.completed == 0 && result.metrics.failed > 0) {
+    std::string first_error;
+    for (const loadgen::RequestRecord& r : result.records) {
+      if (!r.ok()) {
+        first_error =
+            absl::StrCat(absl::StatusCodeToString(
+                             static_cast<absl::StatusCode>(r.status_code)),
+                         ": ", r.error_message);
+        break;
+      }
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "all ", result.metrics.failed,
+        " requests failed, nothing was measured; the first: ", first_error));
   }
   return absl::OkStatus();
 }
