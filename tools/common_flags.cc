@@ -1,6 +1,7 @@
 #include "tools/common_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/ascii.h"
 
 ABSL_FLAG(std::string, model, "models/stories260K",
           "Hugging Face model directory, or synthetic:NAME (llama-110m, "
@@ -90,6 +91,16 @@ std::vector<std::string> SamplingFlagNames() {
           "top_logprobs",
           "stop",
           "stop_token_ids"};
+}
+
+absl::StatusOr<std::string> RouterTargetFromFlags() {
+  const std::string target = absl::GetFlag(FLAGS_target);
+  if (absl::StripAsciiWhitespace(target).empty()) {
+    return absl::InvalidArgumentError(
+        "--target is empty: give the router's HOST:PORT (default "
+        "localhost:50051; `pdserve up` prints it)");
+  }
+  return target;
 }
 
 }  // namespace pdserve

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/flags/declare.h"
+#include "absl/status/statusor.h"
 
 // Engine.
 ABSL_DECLARE_FLAG(std::string, model);         // HF directory or synthetic:NAME
@@ -57,6 +58,10 @@ namespace pdserve {
 std::vector<std::string> EngineFlagNames();
 // Sampling and stopping of a request (complete, generate, up's demo).
 std::vector<std::string> SamplingFlagNames();
+
+// --target, refused when empty (gRPC would only say "Failed to create
+// secure client channel").
+absl::StatusOr<std::string> RouterTargetFromFlags();
 
 }  // namespace pdserve
 

@@ -191,6 +191,10 @@ expect 1 "prefill --max_prefill_queue=-1 is refused" \
 expect 1 "generate --concurrency=0 is refused" \
   "--concurrency must be 1 to 1024" \
   -- timeout 20 "$PDSERVE" generate --target=127.0.0.1:1 --concurrency=0 hi
+expect 1 "generate refuses an empty --target" "--target is empty" \
+  -- timeout 20 "$PDSERVE" generate --target= hi
+expect 1 "bench refuses an empty --target" "--target is empty" \
+  -- timeout 20 "$PDSERVE" bench --target=
 expect 1 "router --max_attempts=0 is refused" "--max_attempts must be >= 1" \
   -- timeout 20 "$PDSERVE" router --mode=colocated \
   --decode_workers=127.0.0.1:1 --port=0 --http_port=0 --max_attempts=0

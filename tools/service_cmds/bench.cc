@@ -293,10 +293,11 @@ absl::Status RunCompare() {
 absl::StatusOr<std::unique_ptr<loadgen::BenchBackend>> BackendFromFlags() {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   if (backend == "grpc") {
-    ASSIGN_OR_RETURN(std::unique_ptr<loadgen::BenchClient> client,
-                     loadgen::BenchClient::Connect(
-                         absl::GetFlag(FLAGS_target),
-                         absl::GetFlag(FLAGS_num_channels), absl::Seconds(15)));
+    ASSIGN_OR_RETURN(const std::string target, RouterTargetFromFlags());
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<loadgen::BenchClient> client,
+        loadgen::BenchClient::Connect(target, absl::GetFlag(FLAGS_num_channels),
+                                      absl::Seconds(15)));
     return std::unique_ptr<loadgen::BenchBackend>(std::move(client));
   }
   if (backend != "openai") {

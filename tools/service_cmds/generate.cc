@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/grpc_util/raw_proto.h"
+#include "common/util/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "router/http/openai_request.h"
 #include "tools/client/generate_client.h"
@@ -43,8 +44,8 @@ absl::StatusOr<std::unique_ptr<v1::Generation::Stub>> MakeStub() {
   tls.ca = absl::GetFlag(FLAGS_tls_ca);
   auto creds = MakeChannelCredentials(tls);
   if (!creds.ok()) return creds.status();
-  return v1::Generation::NewStub(
-      MakeChannel(absl::GetFlag(FLAGS_target), *creds));
+  ASSIGN_OR_RETURN(const std::string target, RouterTargetFromFlags());
+  return v1::Generation::NewStub(MakeChannel(target, *creds));
 }
 
 int RunJsonl(v1::Generation::Stub& stub, const std::string& path) {
