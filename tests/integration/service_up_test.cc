@@ -205,6 +205,21 @@ ChildLine WaitForRestart(Up& up, const std::string& name, int old_pid) {
   return {};
 }
 
+// Sends `ref`'s request until it succeeds (a restarted child may take a
+// moment to be routed to again), for up to 30 s; the last outcome.
+absl::StatusOr<GenerateResult> GenerateOnceServing(v1::Generation::Stub& stub,
+                                                   const ReferenceCase& ref) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  absl::StatusOr<GenerateResult> r = absl::UnavailableError("not tried");
+  while (absl::Now() < deadline) {
+    r = RunGenerate(stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                    absl::Seconds(10));
+    if (r.ok()) break;
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  return r;
+}
+
 TEST(UpTest, KilledChildrenAreRestartedOnTheirPortsAndServeAgain) {
   auto up = StartUp({"--prefill=1", "--decode=1"});
   const std::string router = WaitReady(*up);
@@ -229,14 +244,7 @@ TEST(UpTest, KilledChildrenAreRestartedOnTheirPortsAndServeAgain) {
     EXPECT_EQ(after.port, before.port);
     // Same port, and the cluster answers exactly again once the router has
     // seen the restarted worker healthy.
-    const absl::Time deadline = absl::Now() + absl::Seconds(30);
-    absl::StatusOr<GenerateResult> r = absl::UnavailableError("not tried");
-    while (absl::Now() < deadline) {
-      r = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
-                      absl::Seconds(10));
-      if (r.ok()) break;
-      absl::SleepFor(absl::Milliseconds(200));
-    }
+    absl::StatusOr<GenerateResult> r = GenerateOnceServing(*stub, ref);
     ASSERT_TRUE(r.ok()) << r.status() << ReadFile(up->dir.path() + "/err");
     EXPECT_EQ(r->output_ids, ref.output_ids);
   }
@@ -388,14 +396,7 @@ TEST(UpTest, ARouterOutOfDescriptorsIsRestartedAndServesAgain) {
   const ReferenceCase ref = LoadReferenceCases()[0];
   auto stub = v1::Generation::NewStub(
       MakeChannel(router, grpc::InsecureChannelCredentials()));
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  absl::StatusOr<GenerateResult> r = absl::UnavailableError("not tried");
-  while (absl::Now() < deadline) {
-    r = RunGenerate(*stub, IdsRequest(ref.prompt_ids, ref.max_new_tokens),
-                    absl::Seconds(10));
-    if (r.ok()) break;
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  absl::StatusOr<GenerateResult> r = GenerateOnceServing(*stub, ref);
   ASSERT_TRUE(r.ok()) << r.status() << ReadFile(up->dir.path() + "/err");
   EXPECT_EQ(r->output_ids, ref.output_ids);
   up->proc.Signal(SIGTERM);
