@@ -38,8 +38,9 @@ class ScopedFileLimit {
   bool ok_ = false;
 };
 
-int ConnectTo(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+// Connects `fd` (a fresh TCP socket) to the loopback port; closes it and
+// returns -1 on failure.
+int Connect(int fd, int port) {
   if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -52,6 +53,10 @@ int ConnectTo(int port) {
   timeval timeout{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   return fd;
+}
+
+int ConnectTo(int port) {
+  return Connect(socket(AF_INET, SOCK_STREAM, 0), port);
 }
 
 // Sends a GET and returns what comes back until the server closes or the
@@ -90,8 +95,10 @@ TEST(HttpServerTest, OutOfDescriptorsNeitherSpinsNorStopsServing) {
   auto server = StartPingServer();
   ASSERT_NE(server, nullptr);
   const int port = server->port();
-  // Take every descriptor but two under a low limit, then connect twice:
-  // the kernel completes both handshakes, the server cannot accept them.
+  // Take every descriptor but two under a low limit, make two sockets with
+  // them (before connecting either, so the server cannot take one of the
+  // two by accepting the first connection), then connect both: the kernel
+  // completes both handshakes, the server cannot accept them.
   ScopedFileLimit limit(256);
   ASSERT_TRUE(limit.ok());
   std::vector<int> filler;
@@ -101,8 +108,10 @@ TEST(HttpServerTest, OutOfDescriptorsNeitherSpinsNorStopsServing) {
   filler.pop_back();
   close(filler.back());
   filler.pop_back();
-  const int first = ConnectTo(port);
-  const int second = ConnectTo(port);
+  const int first_socket = socket(AF_INET, SOCK_STREAM, 0);
+  const int second_socket = socket(AF_INET, SOCK_STREAM, 0);
+  const int first = Connect(first_socket, port);
+  const int second = Connect(second_socket, port);
   ASSERT_GE(first, 0);
   ASSERT_GE(second, 0);
   // A server that retried accept at once would burn a core for this second
