@@ -12,19 +12,23 @@
 #include "absl/time/clock.h"
 #include "common/transport/grpc_kv_transport.h"
 #include "common/transport/kv_wire.h"
+#include "common/transport/ucx_in_place_ack.h"
 #include "common/transport/ucx_kv_receiver.h"
 #include "common/util/logging.h"
 
 namespace pdserve::transport {
 namespace {
 
-// A random tag prefix: the low kChunkBits bits are the chunk index.
+// A random tag prefix: the low kChunkBits bits are the chunk index, the
+// top two bits are clear (in_place_ack::ValidTag).
 uint64_t RandomTagPrefix() {
+  constexpr uint64_t kPrefixBits =
+      ~UcxKvReceiver::kChunkMask & (in_place_ack::kAnnouncedBit - 1);
   uint64_t v = 0;
-  while ((v & ~UcxKvReceiver::kChunkMask) == 0) {
+  while ((v & kPrefixBits) == 0) {
     if (getrandom(&v, sizeof(v), 0) != sizeof(v)) v = 0;
   }
-  return v & ~UcxKvReceiver::kChunkMask;
+  return v & kPrefixBits;
 }
 
 // One push over UCX. Send/Commit run on one thread; Cancel may come from any
@@ -67,10 +71,21 @@ class UcxKvPushStream : public KvPushStream {
     // that cancel can arrive before P's own stream breaks. The next push to
     // a live D connects afresh (one wire-up); a dead D's endpoint does not
     // linger until the idle reaper.
-    if (!committed_) connection_->CloseWhenUnused();
-    // Chunks left in place that D did not acknowledge: it may still read
-    // them for a moment (quarantine).
-    for (InPlaceChunk& c : in_place_chunks_) c.buffer->Release(c.Acked());
+    if (!committed_) {
+      connection_->CloseWhenUnused();
+      call_.Cancel();  // D stops taking the push's chunks now
+    }
+    // Chunks left in place that D did not acknowledge: revoked, unless D
+    // is reading one now (claimed), which is reused only once D is done.
+    for (InPlaceChunk& c : in_place_chunks_) {
+      if (c.Acked()) {
+        c.buffer->Release(true);
+      } else if (in_place_ack::Revoke(c.buffer->ack_word(), c.tag)) {
+        c.buffer->ReleaseRevoked();
+      } else {
+        c.buffer->ReleaseWhileRead(c.tag);
+      }
+    }
     in_place_chunks_.clear();
     if (!SendsDone(kSendGrace)) {
       PDSERVE_LOG_WARNING(
@@ -130,12 +145,12 @@ class UcxKvPushStream : public KvPushStream {
   };
 
   // A chunk left in its buffer for D to map (KvChunkRef.ucx_rkey), until D
-  // stores its tag in the buffer's ack word.
+  // releases it in the buffer's ack word (ucx_in_place_ack.h).
   struct InPlaceChunk {
     std::unique_ptr<UcxChunkBuffer> buffer;
     uint64_t tag;
     bool Acked() const {
-      return __atomic_load_n(buffer->ack_word(), __ATOMIC_ACQUIRE) == tag;
+      return in_place_ack::Released(buffer->ack_word(), tag);
     }
   };
 
@@ -269,10 +284,10 @@ class UcxKvPushStream : public KvPushStream {
     const int64_t n = buffer->size();
     char* data = buffer->data();
     if (index == faults_.corrupt_chunk && n > 0) data[n / 2] ^= 0x5a;
-    __atomic_store_n(buffer->ack_word(), uint64_t{0}, __ATOMIC_RELEASE);
     pb::KvPushMessage msg;
     pb::KvChunkRef* ref = Reference(chunk, index, n, &msg);
     const uint64_t tag = ref->ucx_tag();
+    in_place_ack::Announce(buffer->ack_word(), tag);
     ref->set_ucx_rkey(buffer->region().packed_rkey());
     ref->set_address(reinterpret_cast<uintptr_t>(data));
     ref->set_ack_address(reinterpret_cast<uintptr_t>(buffer->ack_word()));

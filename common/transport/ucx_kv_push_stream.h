@@ -46,6 +46,18 @@ class UcxChunkBuffer : public KvChunkBuffer {
   void Release(bool clean) {
     if (region_ != nullptr) sender_->ReturnRegion(std::move(region_), clean);
   }
+  // Back to the pool, revoked (ucx_in_place_ack.h): D may map it but not
+  // read it.
+  void ReleaseRevoked() {
+    if (region_ != nullptr) sender_->ReturnRevokedRegion(std::move(region_));
+  }
+  // Back to the pool while D reads the chunk in place: reused only once D
+  // released it (its ack word holds `tag`; ucx_in_place_ack.h).
+  void ReleaseWhileRead(uint64_t tag) {
+    if (region_ != nullptr) {
+      sender_->ReturnRegionWhileRead(std::move(region_), ack_word(), tag);
+    }
+  }
 
  protected:
   // A chunk left in place (shared memory D maps) is written the way that

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/kv_wire.h"
+#include "common/transport/ucx_in_place_ack.h"
 #include "common/util/logging.h"
 
 namespace pdserve::transport {
@@ -122,7 +123,14 @@ class UcxChunkSource : public KvChunkSource {
           absl::StrCat("KV chunk of ", ref.length(), " bytes exceeds this ",
                        "push's largest (", max_chunk_bytes_, ")"));
     }
-    if (!ref.ucx_rkey().empty()) return FetchInPlace(ref);
+    if (!ref.ucx_rkey().empty()) {
+      // A push P has given up on (cancelled the call) may name a buffer P
+      // no longer keeps: not mapped (ucx_kv_sender.h, kMapGrace).
+      if (cancelled && cancelled()) {
+        return absl::CancelledError("KV push cancelled");
+      }
+      return FetchInPlace(ref);
+    }
     // The chunk's bytes land in the buffer its receive was posted into
     // ahead, else in the one the last chunk's view (ended now) used.
     int into = current_;
@@ -185,6 +193,16 @@ class UcxChunkSource : public KvChunkSource {
       return absl::InvalidArgumentError(
           "KV chunk in place: the prefill worker's buffer does not map here");
     }
+    if (!in_place_ack::ValidTag(ref.ucx_tag())) {
+      return absl::InvalidArgumentError("KV chunk in place: malformed tag");
+    }
+    // P may have given up on this push (and will reuse the buffer): the
+    // chunk is read only if claimed before P revoked it.
+    if (!in_place_ack::Claim(ack, ref.ucx_tag())) {
+      return absl::UnavailableError(
+          "KV chunk in place withdrawn by the prefill worker (its push "
+          "failed)");
+    }
     in_place_ = InPlace{*std::move(memory), ack, ref.ucx_tag()};
     return KvChunkView{
         ref.layer(), ref.token_begin(), ref.token_end(),
@@ -231,7 +249,7 @@ class UcxChunkSource : public KvChunkSource {
   // view ends with Consumed, the next Fetch or this source).
   void AckInPlace() {
     if (in_place_.memory == nullptr) return;
-    __atomic_store_n(in_place_.ack, in_place_.tag, __ATOMIC_RELEASE);
+    in_place_ack::Release(in_place_.ack, in_place_.tag);
     in_place_ = InPlace();
   }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/transport/kv_wire.h"
+#include "common/transport/ucx_in_place_ack.h"
 #include "common/transport/ucx_kv_push_stream.h"
 #include "common/util/logging.h"
 
@@ -68,7 +69,7 @@ void UcxKvSender::ReapLoop() {
     std::vector<Pooled> drop;
     for (size_t i = 0; i < warm_from;) {
       Pooled& p = pool_[i];
-      if (now - p.since >= options_.pool_idle && now >= p.not_before) {
+      if (now - p.since >= options_.pool_idle && p.Droppable(now)) {
         drop.push_back(std::move(p));
         pool_.erase(pool_.begin() + static_cast<std::ptrdiff_t>(i));
         --warm_from;
@@ -92,7 +93,7 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
     auto best = pool_.end();
     for (auto it = pool_.begin(); it != pool_.end(); ++it) {
       const int64_t size = it->region->size();
-      if (now >= it->not_before && size >= bytes &&
+      if (it->Reusable(now) && size >= bytes &&
           it->region->packed_rkey().empty() != shared &&
           size / 2 <= std::max(bytes, kRegionRound) &&
           (best == pool_.end() || size < best->region->size())) {
@@ -111,28 +112,50 @@ absl::StatusOr<std::unique_ptr<UcxRegion>> UcxKvSender::TakeRegion(
   return r;
 }
 
+bool UcxKvSender::Pooled::Reusable(absl::Time now) const {
+  if (now >= not_before) return true;
+  return read_word != nullptr && in_place_ack::Released(read_word, read_done);
+}
+
 void UcxKvSender::ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean) {
+  const absl::Time now = absl::Now();
+  const absl::Time from = clean ? now : now + options_.quarantine;
+  Pool(Pooled{std::move(region), now, from, from}, clean);
+}
+
+void UcxKvSender::ReturnRevokedRegion(std::unique_ptr<UcxRegion> region) {
+  const absl::Time now = absl::Now();
+  Pool(Pooled{std::move(region), now, now, now + kMapGrace}, false);
+}
+
+void UcxKvSender::ReturnRegionWhileRead(std::unique_ptr<UcxRegion> region,
+                                        const uint64_t* ack_word,
+                                        uint64_t done) {
+  const absl::Time now = absl::Now();
+  const absl::Time backstop = now + kReadBackstop;
+  Pool(Pooled{std::move(region), now, backstop, backstop, ack_word, done},
+       false);
+}
+
+void UcxKvSender::Pool(Pooled returned, bool clean) {
   in_use_.fetch_sub(1);
-  std::unique_ptr<UcxRegion> drop;
   absl::MutexLock lock(&mu_);
   if (stop_) {
-    drop = std::move(region);
     mu_.Unlock();
-    drop.reset();  // unregisters outside the lock
+    returned.region.reset();  // unregisters outside the lock
     mu_.Lock();
     return;
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = returned.since;
   keep_warm_ = clean;
-  pool_.push_back(
-      Pooled{std::move(region), now, clean ? now : now + options_.quarantine});
+  pool_.push_back(std::move(returned));
   int64_t pooled_bytes = 0;
   for (const Pooled& p : pool_) pooled_bytes += p.region->size();
   // Drop the oldest regions that nobody can still be reading.
   std::vector<std::unique_ptr<UcxRegion>> drops;
   for (auto it = pool_.begin();
        pooled_bytes > kMaxPooledBytes && it != pool_.end();) {
-    if (now >= it->not_before) {
+    if (it->Droppable(now)) {
       pooled_bytes -= it->region->size();
       drops.push_back(std::move(it->region));
       it = pool_.erase(it);
@@ -208,6 +231,12 @@ absl::StatusOr<UcxKvSender::Peer> UcxKvSender::PeerOf(const std::string& target,
     }
   }
   auto described = grpc_->Describe(target, deadline, request);
+  if (probe != nullptr && !described.ok()) {
+    // D may still map the probe (a Describe that timed out here runs on
+    // there): kept as a revoked region is.
+    in_use_.fetch_add(1);  // as if taken from the pool
+    ReturnRevokedRegion(std::move(probe));
+  }
   probe.reset();
   if (!described.ok()) return described.status();  // not cached
   Peer peer;

@@ -126,6 +126,18 @@ class UcxKvSender : public KvSender {
                                                         bool shared);
   // Back to the pool; `clean`: D acknowledged the push (reusable at once).
   void ReturnRegion(std::unique_ptr<UcxRegion> region, bool clean);
+  // Back to the pool from a failed push whose chunk in it P revoked (D
+  // will not read it): reusable at once, but not unregistered before
+  // kMapGrace, since a late D may still map it before refusing the chunk
+  // (UCX 1.13 crashes unpacking the key of a segment already freed).
+  void ReturnRevokedRegion(std::unique_ptr<UcxRegion> region);
+  // Back to the pool from a failed push while D still reads a chunk in it:
+  // reusable (and droppable) once `*ack_word` (in the region) holds `done`,
+  // or after kReadBackstop (D presumed dead).
+  void ReturnRegionWhileRead(std::unique_ptr<UcxRegion> region,
+                             const uint64_t* ack_word, uint64_t done);
+  static constexpr absl::Duration kMapGrace = absl::Seconds(30);
+  static constexpr absl::Duration kReadBackstop = absl::Seconds(60);
   int pooled_regions();
   // Regions held by pushes in flight (rings) and by chunk buffers.
   int regions_in_use() const { return in_use_.load(); }
@@ -150,9 +162,21 @@ class UcxKvSender : public KvSender {
   struct Pooled {
     std::unique_ptr<UcxRegion> region;
     absl::Time since;       // returned
-    absl::Time not_before;  // reusable from
+    absl::Time not_before;  // reusable from (or earlier, see read_word)
+    absl::Time keep_until;  // not unregistered before (and not_before)
+    // Set while D reads a chunk in the region: reusable (and droppable)
+    // once the word holds read_done, or from not_before.
+    const uint64_t* read_word = nullptr;
+    uint64_t read_done = 0;
+    bool Reusable(absl::Time now) const;
+    bool Droppable(absl::Time now) const {
+      return Reusable(now) && (now >= keep_until || read_word != nullptr);
+    }
   };
   void ReapLoop();
+  // Puts a returned region in the pool (dropping the oldest beyond
+  // kMaxPooledBytes that nobody reads).
+  void Pool(Pooled returned, bool clean);
 
   GrpcKvSender* const grpc_;
   UcxWorker* const worker_;

@@ -5,6 +5,7 @@ if(TARGET pdserve_transport)
   pdserve_add_test(ucx_transport_test
     SOURCES ${CMAKE_SOURCE_DIR}/tests/unit/ucx_transport_test.cc
       ${CMAKE_SOURCE_DIR}/tests/unit/ucx_push_test.cc
+      ${CMAKE_SOURCE_DIR}/tests/unit/ucx_in_place_test.cc
     LIBS pdserve_transport pdserve_grpc_util)
   if(PDSERVE_BUILD_TESTS)
     # A UCX peer in a process of its own, killed by ucx_transport_test.

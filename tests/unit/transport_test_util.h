@@ -5,6 +5,7 @@
 #define PDSERVE_TESTS_UNIT_TRANSPORT_TEST_UTIL_H_
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -62,6 +63,7 @@ class RecordingFactory : public KvSinkFactory {
    public:
     Sink(RecordingFactory* f, std::string id) : f_(f), id_(std::move(id)) {}
     absl::Status OnChunk(const KvChunkView& chunk, uint64_t* xxh3) override {
+      if (f_->before_chunk_) f_->before_chunk_(id_);
       if (xxh3 != nullptr) *xxh3 = KvChecksum(chunk.data);
       pb::KvChunk copy;
       copy.set_layer(chunk.layer);
@@ -108,6 +110,9 @@ class RecordingFactory : public KvSinkFactory {
   // Whether the sinks hash chunks themselves (the service then skips its
   // own pass and compares after OnChunk), as the decode worker's do.
   bool hashes_chunks_ = false;
+  // Called with the push's request id as a sink's OnChunk begins, before it
+  // reads the bytes (set before the pushes it should see).
+  std::function<void(const std::string&)> before_chunk_;
 
  private:
   std::string fingerprint_ = "model-a";

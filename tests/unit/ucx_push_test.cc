@@ -3,7 +3,8 @@
 // chunk identical, checksums verified as for gRPC, region reuse and
 // release, chunks left in place and how they are written, corruption,
 // cancellation and the fallbacks when the decode worker takes no UCX or
-// cannot reach this worker. Part of ucx_transport_test.
+// cannot reach this worker (the in-place handoff's own protocol:
+// ucx_in_place_test.cc). Part of ucx_transport_test.
 #include <stdlib.h>
 
 #include <cstring>
@@ -20,67 +21,11 @@
 #include "common/transport/ucx_worker.h"
 #include "gtest/gtest.h"
 #include "tests/unit/transport_test_util.h"
+#include "tests/unit/ucx_push_fixture.h"
 #include "tests/unit/ucx_test_util.h"
 
 namespace pdserve::transport {
 namespace {
-
-// A receiving service that accepts UCX pushes (D's worker), and a UCX
-// sender (P's worker) with gRPC as its fallback; UCX_TLS = the parameter.
-class UcxPushTest : public GrpcTransportTest,
-                    public ::testing::WithParamInterface<std::string> {
- protected:
-  KvReceiveOptions ReceiveOptions() override {
-    d_worker_ = WorkerWithTls(GetParam());
-    receiver_ = std::make_unique<UcxKvReceiver>(d_worker_.get(), 1 << 20);
-    KvReceiveOptions o;
-    o.ucx = receiver_.get();
-    return o;
-  }
-  void SetUp() override {
-    GrpcTransportTest::SetUp();
-    p_worker_ = WorkerWithTls(GetParam());
-    ASSERT_NE(p_worker_, nullptr);
-    ASSERT_NE(d_worker_, nullptr);
-  }
-  void TearDown() override {
-    GrpcTransportTest::TearDown();
-    // Nothing of a finished push stays held on D.
-    EXPECT_EQ(d_worker_->counters().ops_in_flight.load(), 0);
-    EXPECT_EQ(receiver_->active(), 0);
-    EXPECT_EQ(receiver_->landing_buffers_in_use(), 0);
-  }
-  std::unique_ptr<UcxKvSender> Sender(GrpcKvSender* grpc, KvSender* fallback,
-                                      UcxKvSender::Options o = {}) {
-    return std::make_unique<UcxKvSender>(grpc, p_worker_.get(), fallback, o);
-  }
-  void ExpectSame(const std::string& id, const std::vector<pb::KvChunk>& sent) {
-    auto rec = factory_.Get(id);
-    EXPECT_TRUE(rec.committed);
-    ASSERT_EQ(rec.chunks.size(), sent.size());
-    for (size_t i = 0; i < sent.size(); ++i) {
-      EXPECT_EQ(rec.chunks[i].data(), sent[i].data()) << i;
-      EXPECT_EQ(rec.chunks[i].layer(), sent[i].layer());
-      EXPECT_EQ(rec.chunks[i].token_begin(), sent[i].token_begin());
-      EXPECT_EQ(rec.chunks[i].token_end(), sent[i].token_end());
-      EXPECT_EQ(rec.chunks[i].xxh3(), sent[i].xxh3());
-    }
-  }
-
-  // The sender's idle regions are unregistered (within 10 s): P holds no
-  // UCX memory.
-  void ExpectPoolEmptiesWithin10s(UcxKvSender& sender) {
-    for (int i = 0; i < 500 && p_worker_->counters().registrations.load() > 0;
-         ++i) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    EXPECT_EQ(p_worker_->counters().registrations.load(), 0);
-    EXPECT_EQ(sender.pooled_regions(), 0);
-  }
-
-  std::unique_ptr<UcxWorker> p_worker_, d_worker_;
-  std::unique_ptr<UcxKvReceiver> receiver_;
-};
 
 TEST_P(UcxPushTest, PushDeliversIdenticalChunks) {
   GrpcKvSender grpc(grpc::InsecureChannelCredentials());
@@ -243,63 +188,6 @@ TEST_P(UcxPushTest, ChunksSentInPlaceArriveIdenticalAndBuffersAreReused) {
   EXPECT_FALSE(factory_.Get("in-place-bad").committed);
   EXPECT_EQ(bad->regions_in_use(), 0);
 }
-
-// D acknowledges a chunk it read in place as soon as its sink returned,
-// not when the next chunk's reference arrives: P's flow control waits on
-// D's import, not on one more control-stream message. Shared memory only
-// (over UCX_TLS=tcp chunks go as messages: nothing is read in place).
-class UcxInPlaceAckTest : public UcxPushTest {};
-
-TEST_P(UcxInPlaceAckTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
-  GrpcKvSender grpc(grpc::InsecureChannelCredentials());
-  auto sender = Sender(&grpc, nullptr);
-  const std::string id = "acked-early";
-  auto stream = sender->Open(target_, Header(id, 10, "model-a"),
-                             absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(stream.ok()) << stream.status();
-  const KvLayout l = TestLayout();
-  std::vector<pb::KvChunk> sent;
-  for (int layer = 0; layer < l.num_layers; ++layer) {
-    sent.push_back(MakeChunk(l, layer, 0, 10, layer + 1));
-  }
-  // Sends sent[i] in place; returns its buffer's ack word (null: not a
-  // buffer D can read in place).
-  auto send_in_place = [&](size_t i) -> const uint64_t* {
-    pb::KvChunk c = sent[i];
-    std::unique_ptr<KvChunkBuffer> bytes =
-        sender->NewChunkBuffer(target_, static_cast<int64_t>(c.data().size()));
-    auto* own = dynamic_cast<UcxChunkBuffer*>(bytes.get());
-    if (own == nullptr) return nullptr;
-    const uint64_t* ack = own->ack_word();
-    std::memcpy(bytes->data(), c.data().data(), c.data().size());
-    c.clear_data();
-    EXPECT_TRUE((*stream)->SendBuffer(std::move(c), std::move(bytes)).ok());
-    return ack;
-  };
-  const uint64_t* first_ack = send_in_place(0);
-  ASSERT_NE(first_ack, nullptr);
-  // Only the first chunk is out: D's sink takes it, then its ack word holds
-  // the chunk's tag while no further reference has been sent.
-  bool acked = false;
-  for (int wait = 0; wait < 1000 && !acked; ++wait) {
-    acked = factory_.Get(id).chunks.size() == 1 &&
-            __atomic_load_n(first_ack, __ATOMIC_ACQUIRE) != 0;
-    if (!acked) absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_TRUE(acked) << "chunk 0 unacknowledged after its import";
-  for (size_t i = 1; i < sent.size(); ++i) {
-    ASSERT_NE(send_in_place(i), nullptr);
-  }
-  pb::KvCommit commit;
-  commit.mutable_first_token()->set_id(42);
-  auto result = (*stream)->Commit(commit);
-  ASSERT_TRUE(result.ok()) << result.status();
-  ExpectSame(id, sent);
-  EXPECT_EQ(sender->regions_in_use(), 0);
-}
-
-INSTANTIATE_TEST_SUITE_P(SharedMemory, UcxInPlaceAckTest, ::testing::Values(""),
-                         [](const auto&) { return std::string("Default"); });
 
 // Chunks left in place and chunks sent as messages alternate within one
 // push: D posts each message's successor's receive ahead, and cancels it
