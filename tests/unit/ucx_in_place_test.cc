@@ -3,15 +3,12 @@
 // and the ack word's claim and revocation keep P from rewriting, or
 // unmapping, a buffer D still reads or may still map after P gave up on
 // its push. Part of ucx_transport_test.
-#include <stdlib.h>
-
 #include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/transport/grpc_kv_transport.h"
@@ -28,15 +25,13 @@
 namespace pdserve::transport {
 namespace {
 
-// D acknowledges a chunk it read in place as soon as its sink returned,
-// not when the next chunk's reference arrives: P's flow control waits on
-// D's import, not on one more control-stream message. Shared memory only
-// (over UCX_TLS=tcp chunks go as messages: nothing is read in place).
+// Pushes whose chunks D reads in place: shared memory only (over
+// UCX_TLS=tcp chunks go as messages, nothing is read in place).
 class UcxInPlaceAckTest : public UcxPushTest {
  protected:
   // Sends `c` in place on `stream`; returns its buffer's ack word (null:
-  // not a buffer D can read in place).
-  // `packed_rkey`: set to its region's key.
+  // not a buffer D can read in place) and sets `packed_rkey` (if given) to
+  // its region's key.
   const uint64_t* SendInPlace(UcxKvSender& sender, KvPushStream& stream,
                               pb::KvChunk c,
                               std::string* packed_rkey = nullptr) {
@@ -77,6 +72,9 @@ class UcxInPlaceAckTest : public UcxPushTest {
   }
 };
 
+// D acknowledges a chunk it read in place as soon as its sink returned,
+// not when the next chunk's reference arrives: P's flow control waits on
+// D's import, not on one more control-stream message.
 TEST_P(UcxInPlaceAckTest, ChunkReadInPlaceIsAcknowledgedOnceTheSinkReturns) {
   GrpcKvSender grpc(grpc::InsecureChannelCredentials());
   auto sender = Sender(&grpc, nullptr);
