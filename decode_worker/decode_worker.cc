@@ -341,6 +341,9 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   r->set_running(scheduler_->num_running());
   r->set_waiting(scheduler_->num_waiting());
   r->set_queue_depth(scheduler_->num_waiting());
+  const SchedulerOptions& limits = options_.scheduler;
+  r->set_request_capacity(
+      limits.max_waiting > 0 ? limits.max_num_seqs + limits.max_waiting : 0);
   r->set_pending_leases(leases_->pending());
   r->set_prefill_tokens_computed(prefill_tokens_.load());
   r->set_decode_tokens_generated(tokens_generated_.load());

@@ -528,6 +528,7 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
     absl::MutexLock lock(&mu_);
     r->set_queue_depth(static_cast<int>(queue_.size()));
   }
+  r->set_request_capacity(options_.max_queue);
   r->set_running(in_flight_.load());
   r->set_free_kv_blocks(free_blocks_.load());
   r->set_total_kv_blocks(total_blocks_.load());

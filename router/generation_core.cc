@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -183,9 +184,10 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
         OnRunEnd(end, s, arrival);
       });
   bool start_now = false;
+  const int64_t limit = AdmissionLimit();
   {
     absl::MutexLock lock(&mu_);
-    if (options_.max_in_flight <= 0 || running_ < options_.max_in_flight) {
+    if (limit <= 0 || running_ < limit) {
       ++running_;
       start_now = true;
     } else if (static_cast<int>(waiting_.size()) < options_.admission_queue) {
@@ -208,8 +210,8 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
       metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
     } else {
       refused.status = absl::ResourceExhaustedError(absl::StrCat(
-          "router overloaded: ", running_, " requests running (max ",
-          options_.max_in_flight, ") and ", waiting_.size(),
+          "router overloaded: ", running_, " requests running (max ", limit,
+          ": --max_in_flight and what the workers hold) and ", waiting_.size(),
           " waiting for admission (max ", options_.admission_queue,
           "); retry later"));
       refused.retry_after_ms = options_.retry_after_ms;
@@ -250,23 +252,46 @@ void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
     summary.stages = StageTimingsFromProto(*stream.final_timings());
   }
   metrics_->RequestFinished(summary);
-  // Admit the next waiting request into the freed slot.
-  std::shared_ptr<RequestHandle> next_handle;
-  std::shared_ptr<RequestRun> next_run;
+  // Admit waiting requests into the freed slot (more than one when the
+  // workers' capacity grew meanwhile).
+  const int64_t limit = AdmissionLimit();
+  std::vector<Waiting> admitted;
   {
     absl::MutexLock lock(&mu_);
     --running_;
-    if (!waiting_.empty() && !draining_.load()) {
-      metrics_->ObserveAdmissionWait(
-          absl::ToDoubleSeconds(absl::Now() - waiting_.front().arrival));
-      next_handle = std::move(waiting_.front().handle);
-      next_run = std::move(waiting_.front().run);
-      waiting_.pop_front();
-      metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
-      ++running_;
-    }
+    admitted = TakeAdmittedLocked(limit);
   }
-  if (next_run != nullptr) Launch(next_handle, next_run);
+  for (Waiting& w : admitted) Launch(w.handle, w.run);
+}
+
+int64_t GenerationCore::AdmissionLimit() const {
+  int64_t limit = options_.max_in_flight;  // 0 = unbounded
+  const auto bound_by = [&limit](int64_t capacity) {
+    if (capacity > 0 && (limit <= 0 || capacity < limit)) limit = capacity;
+  };
+  bound_by(decode_->RequestCapacity());
+  if (options_.mode != RouterMode::kColocated) {
+    bound_by(prefill_->RequestCapacity());
+  }
+  metrics_->SetAdmissionLimit(limit);
+  return limit;
+}
+
+std::vector<GenerationCore::Waiting> GenerationCore::TakeAdmittedLocked(
+    int64_t limit) {
+  std::vector<Waiting> admitted;
+  while (!waiting_.empty() && !draining_.load() &&
+         (limit <= 0 || running_ < limit)) {
+    metrics_->ObserveAdmissionWait(
+        absl::ToDoubleSeconds(absl::Now() - waiting_.front().arrival));
+    admitted.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    ++running_;
+  }
+  if (!admitted.empty()) {
+    metrics_->SetAdmissionQueueLength(static_cast<int64_t>(waiting_.size()));
+  }
+  return admitted;
 }
 
 bool GenerationCore::CancelWaiting(RequestHandle* handle) {
@@ -293,6 +318,20 @@ bool GenerationCore::CancelWaiting(RequestHandle* handle) {
 void GenerationCore::AdmissionTimerLoop() {
   absl::MutexLock lock(&mu_);
   while (!stop_) {
+    // The workers' capacity may have grown (a worker became healthy) with
+    // no request ending to admit the next: admit what fits now.
+    if (!waiting_.empty()) {
+      mu_.Unlock();
+      const int64_t limit = AdmissionLimit();
+      mu_.Lock();
+      std::vector<Waiting> admitted = TakeAdmittedLocked(limit);
+      if (!admitted.empty()) {
+        mu_.Unlock();
+        for (Waiting& w : admitted) Launch(w.handle, w.run);
+        mu_.Lock();
+        continue;
+      }
+    }
     const absl::Time now = absl::Now();
     absl::Time next = now + absl::Milliseconds(200);
     std::vector<Waiting> expired;

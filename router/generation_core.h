@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -108,6 +109,15 @@ class GenerationCore {
   // Removes a waiting request (its client cancelled); false if not waiting.
   bool CancelWaiting(RequestHandle* handle);
   void AdmissionTimerLoop();
+  // Requests to run at once (0 = unbounded): --max_in_flight, lowered to
+  // the request capacity of the healthy decode (and, unless colocated,
+  // prefill) workers, so that the router holds the excess in its own queue
+  // instead of sending work a worker would refuse. Exported as a gauge.
+  int64_t AdmissionLimit() const;
+  // Pops the waiting requests that fit under `limit`, counted as running;
+  // the caller launches them outside mu_.
+  std::vector<Waiting> TakeAdmittedLocked(int64_t limit)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RouterOptions options_;
   const RouterModelInfo model_;

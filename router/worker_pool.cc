@@ -200,6 +200,18 @@ int WorkerPool::healthy_count() const {
   return n;
 }
 
+int64_t WorkerPool::RequestCapacity() const {
+  int64_t total = 0;
+  for (const auto& ep : Endpoints()) {
+    absl::MutexLock lock(&ep->mu);
+    if (!ep->healthy || ep->status.draining()) continue;
+    const int32_t capacity = ep->status.request_capacity();
+    if (capacity <= 0) return 0;  // unbounded, or not reported yet
+    total += capacity;
+  }
+  return total;
+}
+
 void WorkerPool::ReportFailure(const std::string& address,
                                const std::string& error) {
   absl::MutexLock lock(&mu_);

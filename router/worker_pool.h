@@ -99,6 +99,10 @@ class WorkerPool {
   void ReportFailure(const std::string& address, const std::string& error);
   std::vector<std::shared_ptr<WorkerEndpoint>> Endpoints() const;
   int healthy_count() const;
+  // Requests the healthy, non-draining workers hold at once before refusing
+  // (the sum of their reported request_capacity); 0 = no bound known (none
+  // healthy, or one unbounded or not polled yet).
+  int64_t RequestCapacity() const;
   // Runs one discovery + poll round now (tests, startup).
   void PollOnce();
 

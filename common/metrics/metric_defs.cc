@@ -56,7 +56,11 @@ constexpr MetricDef kDefs[] = {
      "HTTP status code (a stream counts once, with the status it started "
      "with)."},
     {"pdserve_admission_queue_length", kG, "router", "", "requests",
-     "Requests waiting for admission (--max_in_flight were running)."},
+     "Requests waiting for admission (the admission limit were running)."},
+    {"pdserve_admission_limit", kG, "router", "", "requests",
+     "Requests the router runs at once: --max_in_flight, lowered to what "
+     "its healthy workers hold (each pool's summed request capacity); 0 = "
+     "unbounded."},
     {"pdserve_admission_wait_seconds", kH, "router", "", "seconds",
      "Time a request waited for admission, whether it was then admitted or "
      "gave up (admission timeout, deadline, cancellation)."},

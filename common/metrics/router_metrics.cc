@@ -45,6 +45,8 @@ RouterMetrics::RouterMetrics(prometheus::Registry& registry)
       http_requests_(CounterFamily(registry, "pdserve_http_requests_total")),
       admission_queue_length_(
           GaugeFamily(registry, "pdserve_admission_queue_length").Add({})),
+      admission_limit_(
+          GaugeFamily(registry, "pdserve_admission_limit").Add({})),
       admission_wait_(Latency(registry, "pdserve_admission_wait_seconds")) {
   GaugeFamily(registry, "pdserve_build_info").Add({{"role", "router"}}).Set(1);
   // Every code exists from the start, so rate() and ratios see zeros.
@@ -136,6 +138,10 @@ void RouterMetrics::CountHttpRequest(absl::string_view endpoint,
 
 void RouterMetrics::SetAdmissionQueueLength(int64_t waiting) {
   admission_queue_length_.Set(static_cast<double>(waiting));
+}
+
+void RouterMetrics::SetAdmissionLimit(int64_t limit) {
+  admission_limit_.Set(static_cast<double>(limit));
 }
 
 void RouterMetrics::ObserveAdmissionWait(double seconds) {

@@ -67,6 +67,7 @@ class RouterMetrics {
   void CountHttpRequest(absl::string_view endpoint, int http_status);
   // Admission queue: its length, and one wait (admitted or not).
   void SetAdmissionQueueLength(int64_t waiting);
+  void SetAdmissionLimit(int64_t limit);  // 0 = unbounded
   void ObserveAdmissionWait(double seconds);
 
   // Time per output token as RequestFinished computes it:
@@ -89,6 +90,7 @@ class RouterMetrics {
   prometheus::Counter& worker_waits_;
   prometheus::Family<prometheus::Counter>& http_requests_;
   prometheus::Gauge& admission_queue_length_;
+  prometheus::Gauge& admission_limit_;
   prometheus::Histogram& admission_wait_;
   std::array<prometheus::Histogram*, kNumStages> stage_seconds_;
 };

@@ -2,7 +2,9 @@
 // and decode queues hold. The excess is refused at once with
 // RESOURCE_EXHAUSTED and a retry-after-ms hint in the trailing metadata
 // (instead of queueing forever); every admitted request returns the exact
-// reference output; afterwards no KV block is in use on any worker.
+// reference output; afterwards no KV block is in use on any worker. And the
+// router sends no worker more than it holds: a burst beyond the workers'
+// limits waits in the router's queue and is served, not refused by them.
 #include <atomic>
 #include <string>
 #include <thread>
@@ -43,6 +45,22 @@ Outcome Call(v1::Generation::Stub& stub, const v1::GenerateRequest& req) {
   return o;
 }
 
+// `clients` requests at once, request i with reference case i mod n.
+std::vector<Outcome> Burst(Cluster& c, const std::vector<ReferenceCase>& cases,
+                           int clients) {
+  std::vector<Outcome> outcomes(clients);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
+      const ReferenceCase& rc = cases[i % cases.size()];
+      outcomes[i] =
+          Call(c.router(), IdsRequest(rc.prompt_ids, rc.max_new_tokens));
+    });
+  }
+  for (auto& t : threads) t.join();
+  return outcomes;
+}
+
 TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
   ClusterOptions o;
   o.prefill = 1;
@@ -51,7 +69,9 @@ TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
   o.prefill_flags = {"--max_prefill_queue=2",
                      "--testonly_prefill_delay_ms=300"};
   o.decode_flags = {"--max_waiting_seqs=2", "--max_num_seqs=2"};
-  o.router_flags = {"--max_in_flight=12", "--retry_after_ms=250"};
+  // The router runs 2 at once (what the prefill queue holds) and queues 8.
+  o.router_flags = {"--max_in_flight=12", "--admission_queue=8",
+                    "--retry_after_ms=250"};
   auto cluster = Cluster::Start(o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   Cluster& c = **cluster;
@@ -59,16 +79,7 @@ TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
   ASSERT_FALSE(cases.empty());
 
   constexpr int kClients = 48;
-  std::vector<Outcome> outcomes(kClients);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kClients; ++i) {
-    threads.emplace_back([&, i] {
-      const ReferenceCase& rc = cases[i % cases.size()];
-      outcomes[i] =
-          Call(c.router(), IdsRequest(rc.prompt_ids, rc.max_new_tokens));
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<Outcome> outcomes = Burst(c, cases, kClients);
 
   int ok = 0, refused = 0, by_router = 0, by_prefill = 0;
   for (int i = 0; i < kClients; ++i) {
@@ -102,6 +113,48 @@ TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
   EXPECT_EQ(after.code, grpc::StatusCode::OK) << after.message;
   EXPECT_EQ(after.output_ids, cases[0].output_ids);
   EXPECT_TRUE(after.retry_after_ms.empty());
+}
+
+TEST(Admission, ABurstBeyondTheWorkersLimitsWaitsInTheRouterAndIsServed) {
+  ClusterOptions o;
+  o.common_flags = {"--metrics_port=-1"};
+  // The workers hold 2 prompts (P's queue) and 2 + 2 sequences (D's batch
+  // and queue); the router's own bound stays at its default (1024).
+  o.prefill_flags = {"--max_prefill_queue=2", "--testonly_prefill_delay_ms=50"};
+  o.decode_flags = {"--max_waiting_seqs=2", "--max_num_seqs=2"};
+  o.router_flags = {"--admission_timeout=120s"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const auto cases = LoadReferenceCases();
+  ASSERT_FALSE(cases.empty());
+
+  constexpr int kClients = 32;
+  const std::vector<Outcome> outcomes = Burst(c, cases, kClients);
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
+        << "request " << i << ": " << outcomes[i].message;
+    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
+        << "request " << i;
+  }
+  // Nothing was sent to a worker that had no room for it.
+  auto p = c.Status(c.prefill(0));
+  auto d = c.Status(c.decode(0));
+  ASSERT_TRUE(p.ok() && d.ok()) << p.status() << " " << d.status();
+  EXPECT_EQ(p->requests_rejected(), 0);
+  EXPECT_EQ(p->request_capacity(), 2);
+  EXPECT_EQ(d->requests_rejected(), 0);
+  EXPECT_EQ(d->request_capacity(), 4);
+  EXPECT_EQ(d->lease_expiries(), 0);
+  metrics::PrometheusSamples m = ScrapeRole(c.router_process());
+  EXPECT_EQ(m.Get("pdserve_admission_limit").value_or(-1), 2);
+  EXPECT_EQ(m.Get("pdserve_request_retries_total").value_or(-1), 0);
+  EXPECT_EQ(m.Get("pdserve_requests_total", {{"code", "OK"}}).value_or(0),
+            kClients);
+  // Most of the burst waited in the router's queue.
+  EXPECT_GE(m.Get("pdserve_admission_wait_seconds_count").value_or(0),
+            kClients - 2);
+  ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
 }
 
 }  // namespace

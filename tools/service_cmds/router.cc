@@ -50,8 +50,10 @@ ABSL_FLAG(double, prefix_routing_max_extra_load, 2.0,
           "router: leave the prefix's prefill worker when its queue exceeds "
           "the least loaded one's by more than this");
 ABSL_FLAG(int32_t, max_in_flight, 1024,
-          "router: requests running at most (0 = unbounded); beyond, a "
-          "request waits in the admission queue");
+          "router: requests running at most (0 = unbounded), and never more "
+          "than the healthy workers hold (their --max_prefill_queue; "
+          "--max_num_seqs + --max_waiting_seqs); beyond, a request waits in "
+          "the admission queue");
 ABSL_FLAG(int32_t, admission_queue, 4096,
           "router: requests waiting for admission at most; beyond, "
           "RESOURCE_EXHAUSTED with a retry-after-ms hint");
