@@ -4,7 +4,15 @@
 #ifndef PDSERVE_COMMON_TRANSPORT_UCX_IN_PLACE_ACK_H_
 #define PDSERVE_COMMON_TRANSPORT_UCX_IN_PLACE_ACK_H_
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <climits>
 #include <cstdint>
+#include <ctime>
+
+#include "absl/time/time.h"
 
 namespace pdserve::transport::in_place_ack {
 
@@ -47,9 +55,29 @@ inline bool Claim(uint64_t* word, uint64_t tag) {
                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
 
-// D, once it no longer reads the chunk it claimed.
+// Waiting for a state change without spinning: a process-shared futex on
+// the word's upper half, where the state bits are (every transition changes
+// it), so a P with many pushes waiting on a slow D costs no CPU.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the futex is on the upper half of the ack word");
+inline uint32_t* UpperHalf(const uint64_t* word) {
+  return reinterpret_cast<uint32_t*>(const_cast<uint64_t*>(word)) + 1;
+}
+
+// P: sleeps until the word may no longer hold `seen` (D woke it), at most
+// `timeout`; returns at once when it already changed. May return early.
+inline void AwaitChange(const uint64_t* word, uint64_t seen,
+                        absl::Duration timeout) {
+  if (timeout <= absl::ZeroDuration()) return;
+  const timespec ts = absl::ToTimespec(timeout);
+  syscall(SYS_futex, UpperHalf(word), FUTEX_WAIT,
+          static_cast<uint32_t>(seen >> 32), &ts, nullptr, 0);
+}
+
+// D, once it no longer reads the chunk it claimed; wakes a P waiting for it.
 inline void Release(uint64_t* word, uint64_t tag) {
   __atomic_store_n(word, tag, __ATOMIC_RELEASE);
+  syscall(SYS_futex, UpperHalf(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 // P: D is done with the chunk.

@@ -152,6 +152,15 @@ class UcxKvPushStream : public KvPushStream {
     bool Acked() const {
       return in_place_ack::Released(buffer->ack_word(), tag);
     }
+    // Sleeps until D may have released the chunk, at most `timeout` (D
+    // wakes the futex on release: no polling).
+    void AwaitAck(absl::Duration timeout) const {
+      const uint64_t seen =
+          __atomic_load_n(buffer->ack_word(), __ATOMIC_ACQUIRE);
+      if (seen != tag) {
+        in_place_ack::AwaitChange(buffer->ack_word(), seen, timeout);
+      }
+    }
   };
 
   // Waits until fewer than in_place_unacked() chunks are in place
@@ -178,12 +187,12 @@ class UcxKvPushStream : public KvPushStream {
         soft_until = absl::Now() + kInPlaceSoftWait;
         continue;
       }
-      absl::SleepFor(absl::Microseconds(20));
+      in_place_chunks_.front().AwaitAck(soft_until - absl::Now());
     }
     absl::Time check = absl::Now() + absl::Milliseconds(100);
     while (static_cast<int>(in_place_chunks_.size()) >= UcxKvSender::kSlots) {
       if (pop_acked()) continue;
-      absl::SleepFor(absl::Microseconds(20));
+      in_place_chunks_.front().AwaitAck(check - absl::Now());
       if (absl::Now() >= check) {
         if (Cancelled() || absl::Now() > deadline_) {
           return absl::DeadlineExceededError(

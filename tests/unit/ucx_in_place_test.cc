@@ -3,6 +3,10 @@
 // and the ack word's claim and revocation keep P from rewriting, or
 // unmapping, a buffer D still reads or may still map after P gave up on
 // its push. Part of ucx_transport_test.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <memory>
 #include <string>
@@ -148,6 +152,45 @@ TEST(InPlaceAckTest, ClaimAndRevokeExcludeEachOther) {
     revoked += revoke;
   }
   EXPECT_EQ(claimed + revoked, 20000);
+}
+
+// P waits for D's release on a process-shared futex, not by polling (a P
+// with hundreds of pushes waiting on a slow D spent 57% of a 2-core
+// machine's CPU polling): another process's Release wakes it, and a word
+// that already changed does not put it to sleep at all.
+TEST(InPlaceAckTest, AwaitChangeSleepsUntilAnotherProcessReleases) {
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  auto* word = static_cast<uint64_t*>(page);
+  const uint64_t tag = (uint64_t{0x1234} << 24) | 3;
+  in_place_ack::Announce(word, tag);
+  ASSERT_TRUE(in_place_ack::Claim(word, tag));
+  // Stale expectation: returns at once instead of sleeping 60 s.
+  absl::Time start = absl::Now();
+  in_place_ack::AwaitChange(word, in_place_ack::Announced(tag),
+                            absl::Seconds(60));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // D: reads for a while, then releases
+    absl::SleepFor(absl::Milliseconds(300));
+    in_place_ack::Release(word, tag);
+    _exit(0);
+  }
+  start = absl::Now();
+  while (!in_place_ack::Released(word, tag) &&
+         absl::Now() - start < absl::Seconds(60)) {
+    in_place_ack::AwaitChange(word, in_place_ack::Claimed(tag),
+                              absl::Seconds(60));
+  }
+  EXPECT_TRUE(in_place_ack::Released(word, tag));
+  // Woken by the release, long before the timeout would have ended it.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  munmap(page, 4096);
 }
 
 // A decode worker that reads a chunk in place after the prefill worker gave
