@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/util/logging.h"
 #include "google/protobuf/descriptor.h"
 
 namespace pdserve {
@@ -252,6 +253,14 @@ void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
     summary.stages = StageTimingsFromProto(*stream.final_timings());
   }
   metrics_->RequestFinished(summary);
+  // Its retries and migrations were logged as they happened; the final
+  // failure is the line an operator searches for (clients that went away or
+  // ran out of time are not failures of the service).
+  if (!end.status.ok() && !absl::IsCancelled(end.status) &&
+      !absl::IsDeadlineExceeded(end.status)) {
+    PDSERVE_LOG_WARNING("request %s failed: %s", stream.request_id(),
+                        end.status.ToString());
+  }
   // Admit waiting requests into the freed slot (more than one when the
   // workers' capacity grew meanwhile).
   const int64_t limit = AdmissionLimit();

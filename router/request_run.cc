@@ -572,15 +572,6 @@ void RequestRun::End(absl::Status status) {
   if (absl::IsResourceExhausted(end.status)) {
     end.retry_after_ms = env_.options->retry_after_ms;
   }
-  // Its retries and migrations were logged as they happened; the final
-  // failure is the line an operator searches for (clients that went away or
-  // ran out of time are not failures of the service).
-  if (!end.status.ok() && !absl::IsCancelled(end.status) &&
-      !absl::IsDeadlineExceeded(end.status)) {
-    PDSERVE_LOG_WARNING("request %s failed after %d attempt(s): %s",
-                        stream_.request_id(), attempt_no_ + 1,
-                        end.status.ToString());
-  }
   // Release the workers' load counts now; calls still finishing hold only
   // their own state.
   if (attempt_ != nullptr) {
