@@ -188,7 +188,9 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
   const int64_t limit = AdmissionLimit();
   {
     absl::MutexLock lock(&mu_);
-    if (limit <= 0 || running_ < limit) {
+    // FIFO: nobody overtakes a waiting request (the limit may have grown
+    // since it queued; the admission timer lets it in within 200 ms).
+    if ((limit <= 0 || running_ < limit) && waiting_.empty()) {
       ++running_;
       start_now = true;
     } else if (static_cast<int>(waiting_.size()) < options_.admission_queue) {
