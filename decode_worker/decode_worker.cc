@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util/cancellation_poll.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/transport/sequence_spec.h"
 #include "common/util/logging.h"
@@ -245,13 +246,15 @@ grpc::Status DecodeWorker::Decode(
   std::optional<absl::Time> first_step;
   absl::Time last_event = submitted;
   bool cancel_sent = false;
+  CancellationPoll poll;
   while (true) {
     if (!cancel_sent && (!write_ok || context->IsCancelled())) {
       scheduler_->Cancel(*rid);
       cancel_sent = true;
     }
-    std::deque<TimedEvent> events = queue->PopAll(absl::Milliseconds(20));
+    std::deque<TimedEvent> events = queue->PopAll(poll.Interval());
     if (events.empty()) continue;
+    poll.Reset();
     pb::DecodeResponse msg;
     const TokenEvent* final_event = nullptr;
     for (const TimedEvent& te : events) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util/cancellation_poll.h"
 #include "common/transport/kv_wire.h"
 #include "common/util/logging.h"
 
@@ -80,6 +81,7 @@ SeqId KvLeaseTable::FailLocked(Entry& e, absl::Status status) {
   if (e.state != State::kFailed) {
     e.state = State::kFailed;
     e.status = std::move(status);
+    e.settled.Signal();
   }
   e.deadline = absl::Now() + lease_;  // a tombstone the claimer can read
   return to_free;
@@ -195,6 +197,7 @@ absl::Status KvLeaseTable::CommitPush(const std::string& id,
     status = engine.SetSequenceLength(e.seq, e.ready.spec.prompt_ids_size());
     if (!status.ok()) return;
     e.state = State::kComplete;
+    e.settled.Signal();
     e.cancel_push = nullptr;
     e.ready.first_token = commit.first_token();
     e.ready.kv_transfer_seconds = seconds;
@@ -235,6 +238,7 @@ absl::StatusOr<ReadySequence> KvLeaseTable::Claim(
     e.deadline = absl::Now() + lease_;
   }
   e.claimed = true;
+  CancellationPoll poll;
   while (true) {
     auto it = entries_.find(request_id);
     if (it == entries_.end()) {  // cannot happen while claimed
@@ -264,13 +268,7 @@ absl::StatusOr<ReadySequence> KvLeaseTable::Claim(
       return absl::CancelledError(
           "decode request cancelled while waiting for KV");
     }
-    mu_.AwaitWithTimeout(absl::Condition(
-                             +[](Entry* x) {
-                               return x->state == State::kComplete ||
-                                      x->state == State::kFailed;
-                             },
-                             &cur),
-                         absl::Milliseconds(20));
+    cur.settled.WaitWithTimeout(&mu_, poll.Interval());
   }
 }
 

@@ -76,6 +76,10 @@ class KvLeaseTable : public transport::KvSinkFactory {
     std::function<void()> cancel_push;
     int64_t bytes = 0;               // KV payload imported so far
     const char* transport = "grpc";  // KvHeaderTransport of the push
+    // Signalled when the state becomes kComplete or kFailed. The claimer
+    // waits on its entry's own: waiters on mu_ with a Condition each would
+    // make every unlock of mu_ test every waiting claim.
+    absl::CondVar settled;
   };
 
   // Marks the entry failed and returns the sequence to free (or -1); the

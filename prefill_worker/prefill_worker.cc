@@ -6,7 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/grpc_util/cancellation_poll.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/sampling/sampler.h"
 #include "common/transport/kv_wire.h"
@@ -16,14 +18,24 @@
 namespace pdserve {
 
 // One Prefill call. Written by the compute thread, read by the handler once
-// `done` is set (under PrefillWorker::mu_).
+// `done` is set (under PrefillWorker::mu_, as everything here is).
 struct PrefillWorker::Job {
   pb::PrefillRequest request;
   absl::Time arrival;
   bool cancelled = false;
   bool done = false;
+  // The handler waits on its own job's: a waiter per handler on mu_ itself
+  // would make every unlock of mu_ test every waiting handler's condition.
+  absl::CondVar finished;
   absl::Status status;
   pb::PrefillResponse response;
+
+  // Ends the call with `s` (and `response` if OK) and wakes its handler.
+  void Finish(absl::Status s) {
+    status = std::move(s);
+    done = true;
+    finished.Signal();
+  }
 };
 
 PrefillWorker::PrefillWorker(const PrefillWorkerOptions& options,
@@ -135,8 +147,9 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
   queue_.push_back(job);
   queued_tokens_.fetch_add(spec.prompt_ids_size());
   options_.metrics->SetQueueDepth(static_cast<int64_t>(queue_.size()));
+  CancellationPoll poll;
   while (!job->done) {
-    mu_.AwaitWithTimeout(absl::Condition(&job->done), absl::Milliseconds(20));
+    job->finished.WaitWithTimeout(&mu_, poll.Interval());
     if (!job->done && context->IsCancelled()) {
       job->cancelled = true;
       auto it = pushes_.find(spec.request_id());
@@ -194,16 +207,14 @@ void PrefillWorker::ComputeLoop() {
       ReapPushes();
       if (stop_) {
         for (auto& job : queue_) {
-          job->status = absl::UnavailableError("prefill worker shutting down");
-          job->done = true;
+          job->Finish(absl::UnavailableError("prefill worker shutting down"));
         }
         queue_.clear();
         for (Item& it : active) {
           it.push->Cancel();
           engine_->FreeSequence(it.seq);
-          it.job->status =
-              absl::UnavailableError("prefill worker shutting down");
-          it.job->done = true;
+          it.job->Finish(
+              absl::UnavailableError("prefill worker shutting down"));
         }
         return;
       }
@@ -273,9 +284,8 @@ std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
   }
   if (!s.ok()) {
     absl::MutexLock lock(&mu_);
-    job->status = absl::ResourceExhaustedError(
-        absl::StrCat("prefill worker KV pool full: ", s.message()));
-    job->done = true;
+    job->Finish(absl::ResourceExhaustedError(
+        absl::StrCat("prefill worker KV pool full: ", s.message())));
     return std::nullopt;
   }
   it.seq = *seq;
@@ -318,8 +328,7 @@ void PrefillWorker::DropCancelled(std::vector<Item>& active) {
     it.push->Cancel();
     engine_->FreeSequence(it.seq);
     absl::MutexLock lock(&mu_);
-    it.job->status = absl::CancelledError("prefill cancelled");
-    it.job->done = true;
+    it.job->Finish(absl::CancelledError("prefill cancelled"));
     return true;
   });
 }
@@ -435,9 +444,8 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
     it.push->Cancel();
   }
   absl::MutexLock lock(&mu_);
-  it.job->status = status;
   it.job->response = std::move(resp);
-  it.job->done = true;
+  it.job->Finish(status);
 }
 
 void PrefillWorker::ExportLayerChunks(int layer,

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/util/fd_limit.h"
+#include "common/util/mutex_debugging.h"
 #include "tools/subcommand.h"
 
 namespace pdserve {
@@ -198,6 +199,13 @@ int CheckRegistrations() {
 
 int main(int argc, char** argv) {
   using pdserve::SubcommandRegistry;
+  // Before any thread: lock-order tracking off unless asked for (it
+  // serialises every lock in the process on one spin lock).
+  const std::string mutex_mode_error =
+      pdserve::ConfigureMutexDeadlockDetection();
+  if (!mutex_mode_error.empty()) {
+    std::fprintf(stderr, "pdserve: %s\n", mutex_mode_error.c_str());
+  }
   if (argc < 2 || std::string(argv[1]) == "help" ||
       std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     if (argc == 3 && std::string(argv[2]) == "--check_flags") {

@@ -5,7 +5,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/util/adaptive_stores.h"
+#include "common/util/mutex_debugging.h"
+#include "common/util/scoped_env.h"
 #include "common/util/status_macros.h"
 #include "common/util/system_memory.h"
 #include "gtest/gtest.h"
@@ -155,4 +158,33 @@ TEST(SystemMemory, CgroupHeadroomFromV1AndV2Files) {
 }
 
 }  // namespace
+// Locks a then b, then b then a: a lock-order cycle.
+void InvertLockOrder() {
+  absl::Mutex a, b;
+  {
+    absl::MutexLock la(&a);
+    absl::MutexLock lb(&b);
+  }
+  absl::MutexLock lb(&b);
+  absl::MutexLock la(&a);
+}
+
+TEST(MutexDebugging, ModeComesFromTheEnvironment) {
+  {
+    ScopedEnv env("PDSERVE_MUTEX_DEADLOCK_DETECTION", "bogus");
+    EXPECT_NE(ConfigureMutexDeadlockDetection().find("off, report, abort"),
+              std::string::npos);
+  }
+  for (const char* value : {"", "off", "report"}) {
+    ScopedEnv env("PDSERVE_MUTEX_DEADLOCK_DETECTION", value);
+    EXPECT_EQ(ConfigureMutexDeadlockDetection(), "") << value;
+    InvertLockOrder();  // at most reported: the process goes on
+  }
+  ScopedEnv env("PDSERVE_MUTEX_DEADLOCK_DETECTION", "abort");
+  EXPECT_EQ(ConfigureMutexDeadlockDetection(), "");
+  // Debian's libabsl tracks lock order (a debug build); the test suite
+  // relies on that to fail on an inversion (DESIGN.md, Conventions).
+  EXPECT_DEATH(InvertLockOrder(), "[Cc]ycle|deadlock");
+}
+
 }  // namespace pdserve

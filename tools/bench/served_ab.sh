@@ -5,6 +5,8 @@
 # alternates too), and prints each figure's median per layout and the
 # median (min, max) of the per-round ratios B / A. Rates measured minutes
 # apart on a shared machine are not comparable; ratios within a round are.
+# Besides the bench's figures: cluster_cpu_ms_per_request, the CPU time of
+# `up` and its workers during the bench per completed request.
 #
 #   tools/bench/served_ab.sh BINARY "A_UP_ARGS" "B_UP_ARGS" -- BENCH_ARGS
 #   e.g. tools/bench/served_ab.sh build/pdserve \
@@ -18,10 +20,14 @@
 #   UP_ARGS=...       flags for both clusters (model, dtype, quantization)
 #   PORT=50151        router port (each cluster in turn)
 #   KEEP=DIR          keep every run's JSON and the clusters' output in DIR
+#   B_BIN=PATH        run layout B with another binary: an A/B of two builds
+#                     (give the same layout twice, e.g. "" "")
+#   ALLOW_FAILED=1    keep rounds with failed requests (overload runs, where
+#                     what is served in time is the figure: "completed")
 set -euo pipefail
 
 usage() {
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 [[ $# -ge 4 ]] || usage
@@ -31,7 +37,10 @@ B_UP=$3
 shift 3
 [[ ${1:-} == "--" ]] || usage
 shift
-[[ -x $BIN ]] || { echo "served_ab.sh: $BIN is not an executable" >&2; exit 2; }
+B_BIN=${B_BIN:-$BIN}
+for b in "$BIN" "$B_BIN"; do
+  [[ -x $b ]] || { echo "served_ab.sh: $b is not an executable" >&2; exit 2; }
+done
 ROUNDS=${ROUNDS:-3}
 PORT=${PORT:-50151}
 read -r -a COMMON <<<"${UP_ARGS:-}"
@@ -39,12 +48,27 @@ OUT=${KEEP:-$(mktemp -d)}
 mkdir -p "$OUT"
 [[ -n ${KEEP:-} ]] || trap 'rm -rf "$OUT"' EXIT
 
+# CPU time (clock ticks) of `up` and the workers it runs now: a worker that
+# exited (and was restarted) during the run is not counted.
+cluster_cpu_ticks() {
+  local pids=("$1") ticks=0 p stat
+  pids+=($(cat /proc/"$1"/task/*/children 2>/dev/null))
+  for p in "${pids[@]}"; do
+    stat=$(cat /proc/"$p"/stat 2>/dev/null) || continue
+    stat=${stat##*) }  # fields after the command name; utime, stime: 12, 13
+    read -r -a f <<<"$stat"
+    ticks=$((ticks + f[11] + f[12]))
+  done
+  echo "$ticks"
+}
+
 run() {  # run LABEL ROUND "UP_ARGS"
   local label=$1 round=$2 up_args
   read -r -a up_args <<<"$3"
   shift 3
-  local log="$OUT/$label.$round.up.log"
-  "$BIN" up --port="$PORT" --http_port=0 "${COMMON[@]}" "${up_args[@]}" \
+  local log="$OUT/$label.$round.up.log" bin=$BIN
+  [[ $label == B ]] && bin=$B_BIN
+  "$bin" up --port="$PORT" --http_port=0 "${COMMON[@]}" "${up_args[@]}" \
     >"$log" 2>&1 &
   local up_pid=$!
   for ((i = 0; i < 600; ++i)); do
@@ -56,9 +80,12 @@ run() {  # run LABEL ROUND "UP_ARGS"
     fi
     sleep 0.2
   done
-  local rc=0
-  "$BIN" bench --target="127.0.0.1:$PORT" --json "$@" \
+  local rc=0 cpu_before
+  cpu_before=$(cluster_cpu_ticks "$up_pid")
+  "$bin" bench --target="127.0.0.1:$PORT" --json "$@" \
     >"$OUT/$label.$round.json" 2>"$OUT/$label.$round.err" || rc=$?
+  echo $(($(cluster_cpu_ticks "$up_pid") - cpu_before)) \
+    >"$OUT/$label.$round.cpu"
   kill -TERM "$up_pid"
   wait "$up_pid" || true
   if [[ $rc -ne 0 ]]; then
@@ -69,8 +96,8 @@ run() {  # run LABEL ROUND "UP_ARGS"
 }
 
 echo "served_ab.sh: $ROUNDS rounds; UP_ARGS=${UP_ARGS:-}"
-echo "served_ab.sh: A: $A_UP"
-echo "served_ab.sh: B: $B_UP"
+echo "served_ab.sh: A: $A_UP (binary $BIN)"
+echo "served_ab.sh: B: $B_UP (binary $B_BIN)"
 echo "served_ab.sh: bench args: $*"
 echo "served_ab.sh: load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 1; r <= ROUNDS; ++r)); do
@@ -85,10 +112,12 @@ for ((r = 1; r <= ROUNDS; ++r)); do
 done
 echo "served_ab.sh: load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-python3 - "$OUT" "$ROUNDS" <<'EOF'
+python3 - "$OUT" "$ROUNDS" "${ALLOW_FAILED:-0}" "$(getconf CLK_TCK)" <<'EOF'
 import json, statistics, sys
-out, rounds = sys.argv[1], int(sys.argv[2])
-keys = ["output_throughput", "input_throughput", "request_throughput"]
+out, rounds, allow_failed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+clk_tck = float(sys.argv[4])
+keys = ["completed", "output_throughput", "input_throughput",
+        "request_throughput"]
 
 def load(label, r):
     j = json.load(open(f"{out}/{label}.{r}.json"))
@@ -98,6 +127,10 @@ def load(label, r):
         v = m.get(lat)
         if isinstance(v, dict) and "median" in v:
             acc[f"{lat}.median"] = float(v["median"])
+    # The cluster's CPU seconds during the bench, per completed request.
+    cpu = float(open(f"{out}/{label}.{r}.cpu").read()) / clk_tck
+    if m.get("completed"):
+        acc["cluster_cpu_ms_per_request"] = 1000 * cpu / float(m["completed"])
     fails = m.get("failed", m.get("num_failed", 0))
     acc["failed"] = float(fails if isinstance(fails, (int, float)) else 0)
     return acc
@@ -106,7 +139,8 @@ A = [load("A", r) for r in range(1, rounds + 1)]
 B = [load("B", r) for r in range(1, rounds + 1)]
 # A round where either cluster failed requests says nothing about
 # throughput: it is reported and left out.
-bad = [r + 1 for r in range(rounds) if A[r]["failed"] or B[r]["failed"]]
+bad = [r + 1 for r in range(rounds)
+       if not allow_failed and (A[r]["failed"] or B[r]["failed"])]
 if bad:
     print(f"served_ab.sh: rounds {bad} had failed requests "
           f"(A: {[int(A[r - 1]['failed']) for r in bad]}, "
