@@ -281,9 +281,12 @@ int64_t GenerationCore::AdmissionLimit() const {
     if (capacity > 0 && (limit <= 0 || capacity < limit)) limit = capacity;
   };
   bound_by(decode_->RequestCapacity());
-  if (options_.mode != RouterMode::kColocated) {
-    bound_by(prefill_->RequestCapacity());
-  }
+  // Without a healthy prefill worker, decode workers prefill instead when
+  // --colocated_fallback allows: then P's last capacity bounds nothing.
+  const bool prefill_bypassed =
+      options_.mode == RouterMode::kColocated ||
+      (options_.colocated_fallback && prefill_->healthy_count() == 0);
+  if (!prefill_bypassed) bound_by(prefill_->RequestCapacity());
   metrics_->SetAdmissionLimit(limit);
   return limit;
 }

@@ -202,13 +202,20 @@ int WorkerPool::healthy_count() const {
 
 int64_t WorkerPool::RequestCapacity() const {
   int64_t total = 0;
+  bool any = false;
   for (const auto& ep : Endpoints()) {
     absl::MutexLock lock(&ep->mu);
     if (!ep->healthy || ep->status.draining()) continue;
     const int32_t capacity = ep->status.request_capacity();
-    if (capacity <= 0) return 0;  // unbounded, or not reported yet
+    if (capacity <= 0) {  // unbounded, or not reported yet
+      last_capacity_.store(0);
+      return 0;
+    }
     total += capacity;
+    any = true;
   }
+  if (!any) return last_capacity_.load();
+  last_capacity_.store(total);
   return total;
 }
 

@@ -100,8 +100,11 @@ class WorkerPool {
   std::vector<std::shared_ptr<WorkerEndpoint>> Endpoints() const;
   int healthy_count() const;
   // Requests the healthy, non-draining workers hold at once before refusing
-  // (the sum of their reported request_capacity); 0 = no bound known (none
-  // healthy, or one unbounded or not polled yet).
+  // (the sum of their reported request_capacity); 0 = no bound (one is
+  // unbounded or not polled yet). While none is healthy (all restarting or
+  // draining): the last sum seen, so that the requests admitted meanwhile,
+  // which wait for a worker (--worker_wait), are no more than the pool
+  // held; 0 if none was ever seen.
   int64_t RequestCapacity() const;
   // Runs one discovery + poll round now (tests, startup).
   void PollOnce();
@@ -114,6 +117,8 @@ class WorkerPool {
 
   const WorkerPoolOptions options_;
   mutable absl::Mutex mu_;
+  // RequestCapacity's last sum over at least one healthy worker.
+  mutable std::atomic<int64_t> last_capacity_{0};
   std::map<std::string, std::shared_ptr<WorkerEndpoint>> endpoints_
       ABSL_GUARDED_BY(mu_);
   absl::Time next_resolve_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

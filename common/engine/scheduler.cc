@@ -159,13 +159,18 @@ absl::Status GenerationScheduler::ValidateRequest(
 absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Enqueue(
     std::unique_ptr<Request> request) {
   absl::MutexLock lock(&mu_);
+  // Waiting requests that will fill free batch slots do not count against
+  // max_waiting (the batch admits them within a few steps), nor do finished
+  // ones the next step retires: their callers have had the final event.
   if (options_.max_waiting > 0 &&
-      static_cast<int>(waiting_.size()) >= options_.max_waiting) {
+      held_ >= options_.max_num_seqs + options_.max_waiting) {
     ++counters_.rejected;
     return absl::ResourceExhaustedError(
-        absl::StrCat("scheduler queue full: ", waiting_.size(),
-                     " requests waiting (max ", options_.max_waiting, ")"));
+        absl::StrCat("scheduler queue full: ", held_, " requests held (max ",
+                     options_.max_num_seqs, " running + ", options_.max_waiting,
+                     " waiting)"));
   }
+  ++held_;
   request->id = next_id_++;
   ++outstanding_;
   const RequestId id = request->id;
@@ -210,6 +215,10 @@ GenerationScheduler::SubmitWithKv(GenerationRequest request, SeqId seq,
 }
 
 void GenerationScheduler::Finish(Request& r, TokenEvent event) {
+  {
+    absl::MutexLock lock(&mu_);
+    --held_;  // before the final event: its caller may submit at once
+  }
   r.Finish(std::move(event));
   absl::MutexLock lock(&mu_);
   --outstanding_;

@@ -76,9 +76,11 @@ struct SchedulerOptions {
   // made progress, with its wall time; the engine is idle meanwhile. Must be
   // quick and must not call Submit/Cancel/WithEngine.
   std::function<void(double step_seconds)> on_step;
-  // Requests queued (not yet admitted) at most; beyond, Submit and
-  // SubmitWithKv answer RESOURCE_EXHAUSTED. 0 = unbounded. Preempted
-  // requests always requeue.
+  // Requests queued beyond the batch's free slots at most: Submit and
+  // SubmitWithKv answer RESOURCE_EXHAUSTED once max_num_seqs + max_waiting
+  // requests are held (submitted, final event not sent), what a decode
+  // worker reports as its capacity, even while a burst has not reached the
+  // batch yet. 0 = unbounded. Preempted requests always requeue.
   int max_waiting = 0;
 };
 
@@ -164,6 +166,8 @@ class GenerationScheduler {
   std::vector<RequestId> cancelled_ ABSL_GUARDED_BY(mu_);
   int num_running_ ABSL_GUARDED_BY(mu_) = 0;
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, final event not sent
+  // Submitted, final event not being sent yet: what max_waiting bounds.
+  int held_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // cumulative fields only

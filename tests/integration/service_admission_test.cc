@@ -6,6 +6,9 @@
 // router sends no worker more than it holds: a burst beyond the workers'
 // limits waits in the router's queue and is served, not refused by them.
 #include <atomic>
+#include <csignal>
+#include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,6 +159,90 @@ TEST(Admission, ABurstBeyondTheWorkersLimitsWaitsInTheRouterAndIsServed) {
   EXPECT_GE(m.Get("pdserve_admission_wait_seconds_count").value_or(0),
             kClients / 2);
   ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
+}
+
+// Polls the router's metric until `pred` holds or 20 s pass; returns the
+// last value (-1 when absent).
+double AwaitRouterMetric(Cluster& c, const std::string& name,
+                         const std::map<std::string, std::string>& labels,
+                         const std::function<bool(double)>& pred) {
+  double v = -1;
+  for (int i = 0; i < 200; ++i) {
+    v = ScrapeRole(c.router_process()).Get(name, labels).value_or(-1);
+    if (pred(v)) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return v;
+}
+
+// The only decode worker dies and comes back under load. Meanwhile no
+// worker is healthy, and the router keeps the bound the workers last
+// reported: the requests that arrive wait in its queue instead of all
+// being admitted to wait for a worker (--worker_wait) and then flooding
+// the one that comes back, which would refuse what it cannot hold.
+TEST(Admission, TheBoundHoldsWhileTheOnlyDecodeWorkerRestarts) {
+  ClusterOptions o;
+  o.prefill = 0;
+  o.modes = {"colocated"};
+  o.common_flags = {"--metrics_port=-1"};
+  const std::vector<std::string> decode_flags = {
+      "--metrics_port=-1", "--max_waiting_seqs=2", "--max_num_seqs=2",
+      "--testonly_stream_delay_ms=20"};
+  o.decode_flags = decode_flags;
+  o.router_flags = {"--admission_timeout=120s", "--worker_wait=60s"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const auto cases = LoadReferenceCases();
+  ASSERT_FALSE(cases.empty());
+  // One request sets the limit gauge (the decode worker holds 2 + 2).
+  ASSERT_EQ(Burst(c, cases, 1)[0].code, grpc::StatusCode::OK);
+  EXPECT_EQ(AwaitRouterMetric(c, "pdserve_admission_limit", {},
+                              [](double v) { return v == 4; }),
+            4);
+
+  const int port = c.decode(0).port;
+  const std::string address = c.decode(0).address();
+  c.decode(0).proc.Signal(SIGKILL);
+  ASSERT_TRUE(c.decode(0).proc.Wait(absl::Seconds(10)).ok());
+  ASSERT_EQ(AwaitRouterMetric(c, "pdserve_worker_healthy",
+                              {{"pool", "decode"}, {"endpoint", address}},
+                              [](double v) { return v == 0; }),
+            0)
+      << c.Logs();
+
+  constexpr int kClients = 16;
+  std::vector<Outcome> outcomes;
+  std::thread clients([&] { outcomes = Burst(c, cases, kClients); });
+  // The burst arrives while the worker is down; the bound stays.
+  EXPECT_GE(AwaitRouterMetric(c, "pdserve_admission_queue_length", {},
+                              [](double v) { return v >= kClients - 4; }),
+            kClients - 4);
+  EXPECT_EQ(ScrapeRole(c.router_process())
+                .Get("pdserve_admission_limit")
+                .value_or(-1),
+            4);
+
+  TempDir dir;
+  std::vector<std::string> again = decode_flags;
+  again.push_back(absl::StrCat("--port=", port));
+  auto restarted = StartRole({"decode", again}, "decode0-again", dir.path());
+  if (!restarted.ok()) {
+    clients.join();
+    FAIL() << restarted.status();
+  }
+  clients.join();
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
+        << "request " << i << ": " << outcomes[i].message;
+    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
+        << "request " << i;
+  }
+  auto d = c.Status(**restarted);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->requests_rejected(), 0) << "the restarted worker was flooded";
+  EXPECT_EQ(d->requests_completed(), kClients);
+  (*restarted)->proc.Stop(absl::Seconds(10));
 }
 
 }  // namespace

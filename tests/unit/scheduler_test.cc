@@ -257,12 +257,16 @@ TEST(Admission, KvWatermarkHoldsNewSequencesBack) {
   EXPECT_EQ(e->used_blocks(), 0);
 }
 
+// The scheduler holds max_num_seqs + max_waiting requests, the capacity a
+// decode worker reports, even while none has reached the batch yet.
 TEST(Admission, BoundedQueueRejectsTheExcess) {
   const auto reqs = MixedRequests();
   const auto want = Alone(reqs);
+  ASSERT_GT(reqs.size(), 3u);
   auto e = MakeEngine({});
   SchedulerOptions so;
-  so.max_waiting = 3;
+  so.max_num_seqs = 2;
+  so.max_waiting = 1;
   std::map<int, std::vector<int32_t>> out;
   absl::Mutex mu;
   std::vector<absl::StatusCode> codes;
