@@ -8,13 +8,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/util/net.h"
 #include "common/util/scoped_env.h"
 #include "common/util/subprocess.h"
 #include "gtest/gtest.h"
@@ -38,15 +38,14 @@ class Cluster {
     if (up_.running()) up_.Stop(absl::Seconds(20));
   }
 
-  // Starts the cluster and waits until `up` prints the router address.
+  // Starts the cluster and waits until `up` prints the router address. The
+  // router binds a free port itself (--port=0): a port picked here could be
+  // taken by a parallel test before the router binds it.
   void Start(const std::string& dir, const std::vector<std::string>& flags) {
-    auto port = PickFreePort();
-    ASSERT_TRUE(port.ok()) << port.status();
-    target_ = absl::StrCat("127.0.0.1:", *port);
     stdout_path_ = dir + "/up.out";
-    std::vector<std::string> argv = {
-        PDSERVE_BINARY, "up", "--model=models/stories260K",
-        absl::StrCat("--port=", *port), "--http_port=-1"};
+    std::vector<std::string> argv = {PDSERVE_BINARY, "up",
+                                     "--model=models/stories260K", "--port=0",
+                                     "--http_port=-1"};
     argv.insert(argv.end(), flags.begin(), flags.end());
     SubprocessOptions opts;
     opts.stdout_path = stdout_path_;
@@ -62,8 +61,12 @@ class Cluster {
       ASSERT_LT(absl::Now(), deadline) << "pdserve up not ready";
       absl::SleepFor(absl::Milliseconds(50));
     }
-    ASSERT_NE(ReadFile(stdout_path_).find(target_), std::string::npos)
-        << ReadFile(stdout_path_);
+    const std::string out = ReadFile(stdout_path_);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        out, m, std::regex("router listening on (127\\.0\\.0\\.1:[0-9]+)")))
+        << out;
+    target_ = m[1];
   }
   const std::string& target() const { return target_; }
 

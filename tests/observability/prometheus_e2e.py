@@ -154,7 +154,10 @@ def start_cluster(args):
             "this pdserve build has no `up` subcommand (tools/service_cmds/up.cc);"
             " the end-to-end Prometheus check needs a local cluster. Pass"
             " --targets component=host:port,... to check a running one.")
-    cmd = [args.pdserve, "up", f"--port={free_port()}", "--http_port=-1"] + args.up_flag
+    # --port=0: the router binds a free port itself and `up` prints it (a
+    # port picked here could be taken by a parallel test before the router
+    # binds it, which once failed a CI run).
+    cmd = [args.pdserve, "up", "--port=0", "--http_port=-1"] + args.up_flag
     p = start(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
               cwd=args.repo)
     targets, router, lines = [], None, []
@@ -260,20 +263,32 @@ def main():
         config = write_prometheus_dir(args.repo, tmp, targets)
         subprocess.run(["promtool", "check", "config", config], check=True,
                        stdout=subprocess.DEVNULL)
-        prom = f"127.0.0.1:{free_port()}"
-        with open(os.path.join(tmp, "prometheus.log"), "w") as plog:
-            pp = start(["prometheus", f"--config.file={config}",
-                        f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
-                        f"--web.listen-address={prom}", "--log.level=warn"],
-                       stdout=plog, stderr=subprocess.STDOUT, cwd=tmp)
+        plog_path = os.path.join(tmp, "prometheus.log")
+        # The port is picked here and bound by Prometheus later: a parallel
+        # test may take it in between, so a taken port means another try.
+        for attempt in range(1, 4):
+            prom = f"127.0.0.1:{free_port()}"
+            with open(plog_path, "w") as plog:
+                pp = start(["prometheus", f"--config.file={config}",
+                            f"--storage.tsdb.path={os.path.join(tmp, 'data')}",
+                            f"--web.listen-address={prom}", "--log.level=warn"],
+                           stdout=plog, stderr=subprocess.STDOUT, cwd=tmp)
 
-        def ready():
-            if pp.poll() is not None:
-                raise Failure("prometheus exited: " +
-                              open(os.path.join(tmp, "prometheus.log")).read())
-            return http_get(f"http://{prom}/-/ready")[0] == 200, "not ready"
+            def ready():
+                if pp.poll() is not None:
+                    raise Failure("prometheus exited: " +
+                                  open(plog_path).read())
+                return http_get(f"http://{prom}/-/ready")[0] == 200, "not ready"
 
-        wait_until("Prometheus ready", ready, 30)
+            try:
+                wait_until("Prometheus ready", ready, 30)
+                break
+            except Failure:
+                taken = "address already in use" in open(plog_path).read()
+                if not taken or attempt == 3:
+                    raise
+                log(f"port {prom} was taken before Prometheus bound it;"
+                    " another one")
         log(f"prometheus {pp.pid} ready on {prom}")
 
         def all_up():
