@@ -142,6 +142,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(
 
 namespace {
 
+// Idle sync-server threads kept for the next requests (see StartServer).
+constexpr int kMaxIdleHandlerThreads = 64;
+
 absl::Mutex g_listener_failure_mu;
 // Never destroyed: gRPC threads may still log while the process exits.
 std::optional<std::string>& ListenerFailureLocked()
@@ -198,6 +201,12 @@ absl::StatusOr<StartedServer> StartServer(const ServerOptions& options) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  // A sync handler runs on a thread of gRPC's pool, which keeps at most
+  // MAX_POLLERS idle ones (2 by default): under load every request that
+  // ends let its thread exit and every one that arrives created one.
+  builder.SetSyncServerOption(
+      grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+      kMaxIdleHandlerThreads);
   for (grpc::Service* s : options.services) builder.RegisterService(s);
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || out.port == 0) {
