@@ -201,8 +201,7 @@ int WorkerPool::healthy_count() const {
 }
 
 int64_t WorkerPool::RequestCapacity() const {
-  int64_t total = 0;
-  bool any = false;
+  int64_t total = 0;  // > 0 once a healthy worker is counted
   for (const auto& ep : Endpoints()) {
     absl::MutexLock lock(&ep->mu);
     if (!ep->healthy || ep->status.draining()) continue;
@@ -212,9 +211,8 @@ int64_t WorkerPool::RequestCapacity() const {
       return 0;
     }
     total += capacity;
-    any = true;
   }
-  if (!any) return last_capacity_.load();
+  if (total == 0) return last_capacity_.load();  // none healthy
   last_capacity_.store(total);
   return total;
 }
