@@ -1,6 +1,7 @@
 #include "router/generation_core.h"
 
 #include <algorithm>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,17 @@
 namespace pdserve {
 
 namespace v1 = ::pdserve::v1;
+
+namespace {
+
+// 16 hex digits from the OS's entropy source.
+std::string RandomInstanceId() {
+  std::random_device entropy;
+  const uint64_t id = (uint64_t{entropy()} << 32) ^ entropy();
+  return absl::StrCat(absl::Hex(id, absl::kZeroPad16));
+}
+
+}  // namespace
 
 absl::StatusOr<RouterMode> ParseRouterMode(const std::string& s) {
   if (s == "disaggregated") return RouterMode::kDisaggregated;
@@ -115,7 +127,8 @@ GenerationCore::GenerationCore(
       tokenizer_(std::move(tokenizer)),
       prefill_(prefill),
       decode_(decode),
-      metrics_(metrics) {
+      metrics_(metrics),
+      instance_id_(RandomInstanceId()) {
   if (chat_templates.ok()) {
     chat_templates_ = *std::move(chat_templates);
     chat_.templates = &*chat_templates_;
@@ -174,14 +187,19 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
     EndUnrun(*sink, arrival, refused);
     return handle;
   }
-  std::string request_id =
-      request.request_id().empty()
-          ? absl::StrCat("req-", absl::ToUnixMicros(arrival), "-",
-                         next_id_.fetch_add(1))
-          : request.request_id();
+  // The client's id is a label it may reuse (two clients may pick the same
+  // one at once); the workers key prefill jobs and KV leases by a key that
+  // keeps it for the logs but is unique among every router's requests.
+  const uint64_t serial = next_id_.fetch_add(1);
+  std::string request_id = request.request_id().empty()
+                               ? absl::StrCat("req-", instance_id_, "-", serial)
+                               : request.request_id();
+  std::string worker_key =
+      absl::StrCat(request_id, "@", instance_id_, ".", serial);
   auto run = RequestRun::Create(
-      env_, std::move(request_id), *std::move(resolved), arrival, deadline,
-      sink, [this, arrival](const RequestEnd& end, const ClientStream& s) {
+      env_, std::move(request_id), std::move(worker_key), *std::move(resolved),
+      arrival, deadline, sink,
+      [this, arrival](const RequestEnd& end, const ClientStream& s) {
         OnRunEnd(end, s, arrival);
       });
   bool start_now = false;

@@ -130,6 +130,9 @@ class GenerationCore {
   Ewma handoff_seconds_;  // see DisaggregationInputs::handoff_seconds
   PipelineEnv env_;
   std::atomic<bool> draining_{false};
+  // Names this router process's requests to the workers: a random 64-bit
+  // value (hex) drawn at start, so that no two routers' keys collide.
+  const std::string instance_id_;
   std::atomic<uint64_t> next_id_{1};
 
   mutable absl::Mutex mu_;

@@ -142,7 +142,7 @@ class RequestRun::DecodeCall
 
 // One try of the request on a (P, D) pair.
 struct RequestRun::Attempt {
-  std::string worker_request_id;            // request id + attempt number
+  std::string worker_request_id;            // worker key + attempt number
   std::shared_ptr<WorkerEndpoint> prefill;  // null: prefill on D
   std::shared_ptr<WorkerEndpoint> decode;
   std::optional<LoadToken> prefill_load, decode_load;
@@ -159,19 +159,20 @@ struct RequestRun::Attempt {
 };
 
 std::shared_ptr<RequestRun> RequestRun::Create(
-    const PipelineEnv& env, std::string request_id, ResolvedRequest request,
-    absl::Time arrival, absl::Time deadline, std::shared_ptr<ResponseSink> sink,
-    EndCallback on_end) {
-  return std::make_shared<RequestRun>(env, std::move(request_id),
-                                      std::move(request), arrival, deadline,
-                                      std::move(sink), std::move(on_end));
+    const PipelineEnv& env, std::string request_id, std::string worker_key,
+    ResolvedRequest request, absl::Time arrival, absl::Time deadline,
+    std::shared_ptr<ResponseSink> sink, EndCallback on_end) {
+  return std::make_shared<RequestRun>(
+      env, std::move(request_id), std::move(worker_key), std::move(request),
+      arrival, deadline, std::move(sink), std::move(on_end));
 }
 
 RequestRun::RequestRun(const PipelineEnv& env, std::string request_id,
-                       ResolvedRequest request, absl::Time arrival,
-                       absl::Time deadline, std::shared_ptr<ResponseSink> sink,
-                       EndCallback on_end)
+                       std::string worker_key, ResolvedRequest request,
+                       absl::Time arrival, absl::Time deadline,
+                       std::shared_ptr<ResponseSink> sink, EndCallback on_end)
     : env_(env),
+      worker_key_(std::move(worker_key)),
       arrival_(arrival),
       deadline_(deadline),
       sink_(std::move(sink)),
@@ -225,7 +226,7 @@ void RequestRun::StartAttempt() {
   ++attempt_no_;
   attempt_ = std::make_unique<Attempt>();
   Attempt& a = *attempt_;
-  a.worker_request_id = absl::StrCat(stream_.request_id(), "#", attempt_no_);
+  a.worker_request_id = absl::StrCat(worker_key_, "#", attempt_no_);
   const int remaining = stream_.request().stop.max_tokens -
                         static_cast<int>(stream_.generated().size());
   if (remaining <= 0) {

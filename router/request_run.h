@@ -54,9 +54,13 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // metrics count a request before its client sees it end.
   using EndCallback =
       std::function<void(const RequestEnd& end, const ClientStream& stream)>;
+  // `request_id` is the client's (echoed back, not necessarily unique);
+  // `worker_key` names the request to the workers and must be unique among
+  // every router's requests (GenerationCore::NewWorkerKey): workers key
+  // prefill jobs and KV leases by it.
   static std::shared_ptr<RequestRun> Create(
-      const PipelineEnv& env, std::string request_id, ResolvedRequest request,
-      absl::Time arrival, absl::Time deadline,
+      const PipelineEnv& env, std::string request_id, std::string worker_key,
+      ResolvedRequest request, absl::Time arrival, absl::Time deadline,
       std::shared_ptr<ResponseSink> sink, EndCallback on_end);
 
   // Begins the first attempt.
@@ -67,7 +71,8 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
 
   // Use Create.
   RequestRun(const PipelineEnv& env, std::string request_id,
-             ResolvedRequest request, absl::Time arrival, absl::Time deadline,
+             std::string worker_key, ResolvedRequest request,
+             absl::Time arrival, absl::Time deadline,
              std::shared_ptr<ResponseSink> sink, EndCallback on_end);
   ~RequestRun();
 
@@ -108,6 +113,7 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   bool PastDeadline() const { return absl::Now() >= deadline_; }
 
   const PipelineEnv env_;
+  const std::string worker_key_;  // + "#attempt": the workers' request id
   const absl::Time arrival_;
   const absl::Time deadline_;
   const std::shared_ptr<ResponseSink> sink_;

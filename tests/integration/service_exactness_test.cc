@@ -81,6 +81,54 @@ TEST_F(ExactnessTest, EveryModeReturnsTheReferenceAtConcurrency1And16) {
   }
 }
 
+// A request id is the client's label, echoed back, not a key it must keep
+// unique: two clients (or two routers' clients) may pick the same one. The
+// same id, on different prompts at once through all three routers (which
+// share both prefill and both decode workers), must give each request its
+// own prompt's output: never another request's KV, never ALREADY_EXISTS.
+TEST_F(ExactnessTest, ClientsMayReuseARequestIdConcurrently) {
+  constexpr int kPerRouter = 16;
+  struct Sent {
+    int router;
+    const ReferenceCase* expected;
+    absl::StatusOr<GenerateResult> result = absl::UnknownError("not run");
+  };
+  std::vector<Sent> sent;
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < kPerRouter; ++i) {
+      sent.push_back({r, &cases_[(r * kPerRouter + i) % cases_.size()]});
+    }
+  }
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 24; ++t) {
+    threads.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < sent.size();) {
+        v1::GenerateRequest req = IdsRequest(sent[i].expected->prompt_ids,
+                                             sent[i].expected->max_new_tokens);
+        req.set_request_id("same-id");
+        sent[i].result = RunGenerate(cluster_->router(sent[i].router), req,
+                                     absl::Seconds(60));
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  int failed = 0;
+  for (size_t i = 0; i < sent.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " via router ", sent[i].router));
+    if (!sent[i].result.ok()) {
+      ++failed;
+      ADD_FAILURE() << sent[i].result.status();
+      continue;
+    }
+    EXPECT_EQ(sent[i].result->request_id, "same-id");
+    EXPECT_EQ(sent[i].result->prompt_ids, sent[i].expected->prompt_ids);
+    EXPECT_EQ(sent[i].result->output_ids, sent[i].expected->output_ids);
+  }
+  EXPECT_EQ(failed, 0) << cluster_->Logs();
+  ASSERT_TRUE(cluster_->WaitForNoKvInUse(absl::Seconds(10)).ok());
+}
+
 TEST_F(ExactnessTest, TextPromptsMatchTheReference) {
   for (const ReferenceCase& c : cases_) {
     v1::GenerateRequest req;
