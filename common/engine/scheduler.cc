@@ -162,7 +162,10 @@ absl::StatusOr<GenerationScheduler::RequestId> GenerationScheduler::Enqueue(
   // Waiting requests that will fill free batch slots do not count against
   // max_waiting (the batch admits them within a few steps), nor do finished
   // ones the next step retires: their callers have had the final event.
-  if (options_.max_waiting > 0 &&
+  // A sequence whose KV was imported is never refused (it still counts):
+  // its blocks are already reserved, and refusing it would throw away a
+  // prefill and a transfer for the router to redo.
+  if (!request->imported && options_.max_waiting > 0 &&
       held_ >= options_.max_num_seqs + options_.max_waiting) {
     ++counters_.rejected;
     return absl::ResourceExhaustedError(

@@ -76,11 +76,13 @@ struct SchedulerOptions {
   // made progress, with its wall time; the engine is idle meanwhile. Must be
   // quick and must not call Submit/Cancel/WithEngine.
   std::function<void(double step_seconds)> on_step;
-  // Requests queued beyond the batch's free slots at most: Submit and
-  // SubmitWithKv answer RESOURCE_EXHAUSTED once max_num_seqs + max_waiting
-  // requests are held (submitted, final event not sent), what a decode
-  // worker reports as its capacity, even while a burst has not reached the
-  // batch yet. 0 = unbounded. Preempted requests always requeue.
+  // Requests queued beyond the batch's free slots at most: Submit answers
+  // RESOURCE_EXHAUSTED once max_num_seqs + max_waiting requests are held
+  // (submitted, final event not sent), what a decode worker reports as its
+  // capacity, even while a burst has not reached the batch yet. 0 =
+  // unbounded. SubmitWithKv is never refused for it (the sequence's KV
+  // blocks are already reserved: refusing would waste its prefill and
+  // transfer) but counts as held. Preempted requests always requeue.
   int max_waiting = 0;
 };
 
@@ -114,7 +116,8 @@ class GenerationScheduler {
   absl::StatusOr<RequestId> Submit(GenerationRequest request,
                                    TokenCallback callback);
   // Admits a sequence whose prompt KV is already in the engine (imported from
-  // a prefill worker): `seq` holds prompt_ids.size() tokens of KV, and
+  // a prefill worker), whatever max_waiting: `seq` holds prompt_ids.size()
+  // tokens of KV, and
   // `first_token` (already sampled at position prompt_len and already
   // reported to the client by the caller) is fed at the next step. The
   // scheduler takes ownership of `seq` (frees it when done).

@@ -298,6 +298,65 @@ TEST(Admission, BoundedQueueRejectsTheExcess) {
   EXPECT_EQ(e->used_blocks(), 0);
 }
 
+// A sequence whose KV was pushed to the decode worker already holds its
+// blocks: refusing it at max_waiting would throw away its prefill and
+// transfer (the router would redo both). It is admitted past the bound and
+// counts as held, so plain submissions stay refused.
+TEST(Admission, ImportedSequencesAreNeverRefused) {
+  const auto reqs = MixedRequests();
+  const auto want = Alone(reqs);
+  ASSERT_GT(reqs.size(), 3u);
+  auto e = MakeEngine({});
+  SchedulerOptions so;
+  so.max_num_seqs = 1;
+  so.max_waiting = 1;
+  absl::Mutex mu;
+  std::map<int, std::vector<int32_t>> out;
+  const auto collect = [&](int i) {
+    return [&, i](const TokenEvent& ev) {
+      absl::MutexLock lock(&mu);
+      if (ev.has_token) out[i].push_back(ev.token_id);
+    };
+  };
+  std::vector<absl::StatusCode> codes;
+  SchedulerStats stats;
+  {
+    GenerationScheduler s(e.get(), so);
+    s.WithEngine([&](Engine& engine) {  // the loop cannot admit meanwhile
+      for (int i = 0; i < 3; ++i) {
+        codes.push_back(s.Submit(reqs[i], collect(i)).status().code());
+      }
+      // Request 3's prompt, prefilled here as a prefill worker would.
+      const GenerationRequest& r = reqs[3];
+      auto seq = engine.CreateSequence();
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      std::vector<float> logits;
+      ASSERT_TRUE(engine.Forward({{*seq, r.prompt_ids, true}}, &logits).ok());
+      const SampledToken first =
+          SampleToken(logits, r.sampling, r.prompt_ids, {},
+                      static_cast<int64_t>(r.prompt_ids.size()));
+      ASSERT_EQ(first.id, want[3][0]);
+      codes.push_back(
+          s.SubmitWithKv(r, *seq, first.id, collect(3)).status().code());
+      codes.push_back(s.Submit(reqs[0], collect(4)).status().code());
+    });
+    s.WaitIdle();
+    stats = s.stats();
+  }
+  EXPECT_EQ(codes,
+            (std::vector<absl::StatusCode>{
+                absl::StatusCode::kOk, absl::StatusCode::kOk,
+                absl::StatusCode::kResourceExhausted, absl::StatusCode::kOk,
+                absl::StatusCode::kResourceExhausted}));
+  EXPECT_EQ(out[0], want[0]);
+  EXPECT_EQ(out[1], want[1]);
+  EXPECT_EQ(out[3], std::vector<int32_t>(want[3].begin() + 1, want[3].end()));
+  EXPECT_EQ(out.count(2), 0u);
+  EXPECT_EQ(out.count(4), 0u);
+  EXPECT_EQ(stats.rejected, 2);
+  EXPECT_EQ(e->used_blocks(), 0);
+}
+
 TEST(SchedulerPrefixCache, SharedPrefixComputesOnlyTheRemainder) {
   const std::vector<int32_t> prefix = RandomTokens(9, 64);
   std::vector<int32_t> p1 = prefix, p2 = prefix;

@@ -20,7 +20,8 @@ ABSL_FLAG(
 ABSL_FLAG(int32_t, max_waiting_seqs, 256,
           "decode: sequences waiting to join the batch at most, beyond "
           "its free slots: the worker holds --max_num_seqs + this many; "
-          "beyond, RESOURCE_EXHAUSTED (0 = unbounded)");
+          "beyond, RESOURCE_EXHAUSTED (0 = unbounded). A sequence whose KV "
+          "was pushed already is never refused for it");
 ABSL_FLAG(double, kv_watermark, 0.01,
           "decode: admit new sequences only while this fraction of the KV "
           "blocks stays free (running sequences grow into it)");
