@@ -314,11 +314,16 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   Attempt& a = *attempt_;
   const RouterOptions& o = *env_.options;
   v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
-  // No prefill worker routable at all (not merely busy): the decode worker
-  // prefills instead, when allowed.
+  // No prefill worker routable at all: each is down, or refused this
+  // request as full (its queue at --max_prefill_queue; a busy worker that
+  // accepts is no reason). The decode worker prefills instead, when
+  // allowed.
   auto fall_back = [&](const absl::Status& no_prefill) {
     if (o.colocated_fallback && absl::IsUnavailable(no_prefill)) {
-      decision.set_reason("no_prefill_worker");
+      const bool refused_for_load =
+          exclude_p_.workers.size() > exclude_p_.unavailable.size();
+      decision.set_reason(refused_for_load ? "prefill_workers_full"
+                                           : "no_prefill_worker");
       return absl::OkStatus();
     }
     return no_prefill;

@@ -24,9 +24,9 @@ struct RouterOptions {
   // running sequences (router/disaggregation_policy.h).
   double auto_stall_weight = 1.0;
   // disaggregated/auto: when no prefill worker is routable (all down or
-  // unreachable: UNAVAILABLE, not busy), the decode worker prefills the
-  // request itself instead of the request failing. Outputs are identical
-  // either way (DESIGN.md, determinism).
+  // unreachable, or each refused this request as full), the decode worker
+  // prefills the request itself instead of the request failing. Outputs are
+  // identical either way (DESIGN.md, determinism).
   bool colocated_fallback = true;
   // When a pool has no healthy worker at all (its workers restarting), a
   // request waits up to this long in all for one to pass its health check

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -206,6 +207,51 @@ TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
     absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
     EXPECT_TRUE(s.ok()) << s;
   }
+}
+
+// Three routers share one prefill worker that holds 2 prompts (one
+// computing, --max_prefill_queue=1 waiting): each router's admission bound
+// lets its request through, the prefill worker refuses the third as full,
+// and that request is prefilled by the decode worker instead (the decision
+// named), with the same output as the others.
+// (Before, the decision read no_prefill_worker, as if the pool were down.)
+TEST(FailureTest, APrefillWorkerThatRefusesForLoadFallsBackToDecode) {
+  ClusterOptions o;
+  o.modes = {"disaggregated", "disaggregated", "disaggregated"};
+  // Long enough that the three requests meet in the prefill worker.
+  o.prefill_flags = {"--max_prefill_queue=1",
+                     "--testonly_prefill_delay_ms=3000"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  const ReferenceCase ref = LoadReferenceCases()[0];
+  std::vector<absl::StatusOr<GenerateResult>> results(
+      3, absl::UnknownError("not run"));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r) {
+    threads.emplace_back([&, r] {
+      results[r] = RunGenerate(c.router(r),
+                               IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                               absl::Seconds(60));
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::map<std::string, int> reasons;
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
+    EXPECT_EQ(r->output_ids, ref.output_ids);
+    ++reasons[absl::StrCat(r->timings.prefill_location(), "/",
+                           r->timings.prefill_decision().reason())];
+  }
+  // One refused at least (two when the second arrived before the first
+  // left the queue); nothing else.
+  EXPECT_GE(reasons["decode_worker/prefill_workers_full"], 1) << c.Logs();
+  EXPECT_EQ(reasons["prefill_worker/mode"] +
+                reasons["decode_worker/prefill_workers_full"],
+            3)
+      << c.Logs();
+  absl::Status s = c.WaitForNoKvInUse(absl::Seconds(15));
+  EXPECT_TRUE(s.ok()) << s;
 }
 
 // With the only decode worker down (and nothing restarting it), a request

@@ -32,9 +32,9 @@ ABSL_FLAG(double, auto_stall_weight, 1.0,
           "decode worker causes to each of its running sequences, against "
           "the new request's time to first token");
 ABSL_FLAG(bool, colocated_fallback, true,
-          "when no prefill worker is routable (down or unreachable, not "
-          "merely busy), let the decode worker prefill the request itself "
-          "instead of failing it (same output either way)");
+          "when no prefill worker is routable (down or unreachable, or each "
+          "refused the request as full), let the decode worker prefill the "
+          "request itself instead of failing it (same output either way)");
 ABSL_FLAG(absl::Duration, worker_wait, absl::Seconds(10),
           "router: when a pool has no healthy worker at all (its workers "
           "restarting), a request waits this long in all for one (never "
