@@ -290,9 +290,14 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
     return Invalid(absl::StrCat("repetition_penalty must be > 0, got ",
                                 s.repetition_penalty));
   }
-  if (!std::isfinite(s.presence_penalty) ||
-      !std::isfinite(s.frequency_penalty)) {
-    return Invalid("presence_penalty and frequency_penalty must be finite");
+  // OpenAI's range (vLLM refuses beyond it too).
+  if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
+    return Invalid(absl::StrCat("presence_penalty must be in [-2, 2], got ",
+                                s.presence_penalty));
+  }
+  if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
+    return Invalid(absl::StrCat("frequency_penalty must be in [-2, 2], got ",
+                                s.frequency_penalty));
   }
   if (request.has_top_logprobs()) {
     if (request.top_logprobs() < 0 ||

@@ -1,5 +1,7 @@
 // Unit tests of the router's pure parts: stop strings over streamed text and
 // request resolution (defaults with explicit presence, validation).
+#include <cmath>
+
 #include "gtest/gtest.h"
 #include "router/request_builder.h"
 #include "router/router_options.h"
@@ -78,6 +80,34 @@ TEST(ResolveRequestTest, TextWithoutTokenizerAndBadValues) {
       ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("top_k"), std::string::npos);
+}
+
+// Presence and frequency penalties take OpenAI's range, [-2, 2], edges
+// included; beyond (or NaN) is INVALID_ARGUMENT naming the field.
+TEST(ResolveRequestTest, PenaltiesTakeOpenAisRange) {
+  const auto resolve = [](float presence, float frequency) {
+    pdserve::v1::GenerateRequest r;
+    r.mutable_token_ids()->add_ids(1);
+    r.mutable_sampling()->set_presence_penalty(presence);
+    r.mutable_sampling()->set_frequency_penalty(frequency);
+    return ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits())
+        .status();
+  };
+  EXPECT_TRUE(resolve(-2.0f, 2.0f).ok());
+  EXPECT_TRUE(resolve(2.0f, -2.0f).ok());
+  EXPECT_TRUE(resolve(0.5f, 1.5f).ok());
+  for (float bad : {2.5f, -3.0f, std::nanf(""), 1e30f}) {
+    const absl::Status p = resolve(bad, 0.0f);
+    EXPECT_TRUE(absl::IsInvalidArgument(p)) << bad << ": " << p;
+    EXPECT_NE(p.message().find("presence_penalty must be in [-2, 2]"),
+              std::string::npos)
+        << p;
+    const absl::Status f = resolve(0.0f, bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(f)) << bad << ": " << f;
+    EXPECT_NE(f.message().find("frequency_penalty must be in [-2, 2]"),
+              std::string::npos)
+        << f;
+  }
 }
 
 // Router settings out of range are refused with the flag's name (they were
