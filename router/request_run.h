@@ -56,8 +56,8 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
       std::function<void(const RequestEnd& end, const ClientStream& stream)>;
   // `request_id` is the client's (echoed back, not necessarily unique);
   // `worker_key` names the request to the workers and must be unique among
-  // every router's requests (GenerationCore::NewWorkerKey): workers key
-  // prefill jobs and KV leases by it.
+  // every router's requests (GenerationCore::Generate makes it): workers
+  // key prefill jobs and KV leases by it.
   static std::shared_ptr<RequestRun> Create(
       const PipelineEnv& env, std::string request_id, std::string worker_key,
       ResolvedRequest request, absl::Time arrival, absl::Time deadline,

@@ -117,10 +117,9 @@ class GenerationScheduler {
                                    TokenCallback callback);
   // Admits a sequence whose prompt KV is already in the engine (imported from
   // a prefill worker), whatever max_waiting: `seq` holds prompt_ids.size()
-  // tokens of KV, and
-  // `first_token` (already sampled at position prompt_len and already
-  // reported to the client by the caller) is fed at the next step. The
-  // scheduler takes ownership of `seq` (frees it when done).
+  // tokens of KV, and `first_token` (already sampled at position prompt_len
+  // and already reported to the client by the caller) is fed at the next
+  // step. The scheduler takes ownership of `seq` (frees it when done).
   absl::StatusOr<RequestId> SubmitWithKv(GenerationRequest request, SeqId seq,
                                          int32_t first_token,
                                          TokenCallback callback);
