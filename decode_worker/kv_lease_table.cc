@@ -102,7 +102,14 @@ absl::StatusOr<std::unique_ptr<transport::KvSink>> KvLeaseTable::Begin(
   const int tokens = header.num_tokens();
   const int total = tokens + std::max(0, header.seq().stop().max_tokens());
   absl::StatusOr<SeqId> seq;
+  bool never_fits = false;
   scheduler_->WithEngine([&](Engine& engine) {
+    absl::Status fits = engine.CheckFitsPool(total);
+    if (!fits.ok()) {
+      never_fits = true;
+      seq = fits;
+      return;
+    }
     seq = engine.CreateSequence();
     if (!seq.ok()) return;
     absl::Status s = engine.Reserve(*seq, total);
@@ -114,9 +121,14 @@ absl::StatusOr<std::unique_ptr<transport::KvSink>> KvLeaseTable::Begin(
   absl::MutexLock lock(&mu_);
   Entry& e = entries_[id];
   if (!seq.ok()) {
-    const absl::Status s = absl::ResourceExhaustedError(
-        absl::StrCat("decode worker has no room for ", total,
-                     " tokens of KV: ", seq.status().message()));
+    // Too large for the whole pool is OUT_OF_RANGE (the router tries a
+    // larger worker, else the client gets 400); full now is
+    // RESOURCE_EXHAUSTED (a retry may fit).
+    const absl::Status s =
+        never_fits ? seq.status()
+                   : absl::ResourceExhaustedError(absl::StrCat(
+                         "decode worker has no room for ", total,
+                         " tokens of KV: ", seq.status().message()));
     FailLocked(e, s);
     return s;
   }

@@ -127,6 +127,10 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
     return ToGrpcStatus(
         absl::InvalidArgumentError("prompt + max_tokens beyond context"));
   }
+  // A prompt larger than this worker's whole pool would only fail once
+  // dequeued; OUT_OF_RANGE now lets the router try elsewhere.
+  absl::Status fits = engine_->CheckFitsPool(spec.prompt_ids_size());
+  if (!fits.ok()) return ToGrpcStatus(fits);
   auto job = std::make_shared<Job>();
   job->request = *request;
   job->arrival = absl::Now();

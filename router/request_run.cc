@@ -24,8 +24,12 @@ double SecondsSince(absl::Time from) {
   return absl::ToDoubleSeconds(absl::Now() - from);
 }
 
+// Failures another worker may not have: down (UNAVAILABLE), busy
+// (RESOURCE_EXHAUSTED), or a KV pool too small for the request
+// (OUT_OF_RANGE; workers' pools may differ in size).
 bool Retryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsResourceExhausted(s);
+  return absl::IsUnavailable(s) || absl::IsResourceExhausted(s) ||
+         absl::IsOutOfRange(s);
 }
 
 // A worker's reported prefill cost fit and queue, for the auto-mode policy.
@@ -240,8 +244,7 @@ void RequestRun::StartAttempt() {
   if (!d.ok()) {
     absl::Status why = d.status();
     if (WaitForWorker(*env_.decode, exclude_d_, why)) return;
-    if (!absl::IsResourceExhausted(last_)) last_ = why;
-    return End(last_);
+    return End(NoWorkerLeft(why));
   }
   a.decode = *d;
   const int prompt_tokens = static_cast<int>(
@@ -249,8 +252,7 @@ void RequestRun::StartAttempt() {
   absl::Status picked = ChoosePrefill(prompt_tokens);
   if (!picked.ok()) {
     if (WaitForWorker(*env_.prefill, exclude_p_, picked)) return;
-    if (!absl::IsResourceExhausted(last_)) last_ = picked;
-    return End(last_);
+    return End(NoWorkerLeft(picked));
   }
   a.timings.set_router_queue(SecondsSince(arrival_));
   if (a.prefill == nullptr) {
@@ -258,6 +260,14 @@ void RequestRun::StartAttempt() {
   } else {
     StartPrefill();
   }
+}
+
+absl::Status RequestRun::NoWorkerLeft(const absl::Status& why) const {
+  if (absl::IsResourceExhausted(last_)) return last_;
+  if (absl::IsOutOfRange(last_)) {
+    return refused_for_load_.ok() ? last_ : refused_for_load_;
+  }
+  return why;
 }
 
 bool RequestRun::WaitForWorker(WorkerPool& pool, Exclusions& excluded,
@@ -320,10 +330,13 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   // allowed.
   auto fall_back = [&](const absl::Status& no_prefill) {
     if (o.colocated_fallback && absl::IsUnavailable(no_prefill)) {
-      const bool refused_for_load =
-          exclude_p_.workers.size() > exclude_p_.unavailable.size();
-      decision.set_reason(refused_for_load ? "prefill_workers_full"
-                                           : "no_prefill_worker");
+      const size_t refused_for_load = exclude_p_.workers.size() -
+                                      exclude_p_.unavailable.size() -
+                                      exclude_p_.too_small.size();
+      decision.set_reason(refused_for_load > 0 ? "prefill_workers_full"
+                          : !exclude_p_.too_small.empty()
+                              ? "prompt_exceeds_prefill_pool"
+                              : "no_prefill_worker");
       return absl::OkStatus();
     }
     return no_prefill;
@@ -536,7 +549,12 @@ void RequestRun::AttemptFailed(absl::Status status) {
         stream_.request_id(), status.ToString(), stream_.generated().size(),
         stream_.migrations(), o.max_migrations);
   } else {
-    if (++failed_before_send_ >= o.max_attempts) return End(status);
+    // A worker too small for the request is excluded without using up an
+    // attempt: a cluster of differently sized workers may have to try each.
+    if (!absl::IsOutOfRange(status) &&
+        ++failed_before_send_ >= o.max_attempts) {
+      return End(status);
+    }
     env_.metrics->CountRetry();  // re-sent to another worker
     PDSERVE_LOG_WARNING("request %s: attempt %d failed on %s (%s); retrying",
                         stream_.request_id(), attempt_no_ + 1,
@@ -546,6 +564,8 @@ void RequestRun::AttemptFailed(absl::Status status) {
   const std::string failed_address = a.failed->address;
   Exclusions& excluded = prefill_failed ? exclude_p_ : exclude_d_;
   excluded.workers.insert(failed_address);
+  if (absl::IsResourceExhausted(status)) refused_for_load_ = status;
+  if (absl::IsOutOfRange(status)) excluded.too_small.insert(failed_address);
   if (absl::IsUnavailable(status)) {
     excluded.unavailable.insert(failed_address);
     (prefill_failed ? env_.prefill : env_.decode)

@@ -84,11 +84,18 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   // All of these run on queue_.
   void StartAttempt();
   // Workers of one pool this run no longer picks: every one an attempt
-  // failed on, and of those the ones that failed UNAVAILABLE.
+  // failed on, and of those the ones that failed UNAVAILABLE and the ones
+  // whose whole KV pool is too small for the request (OUT_OF_RANGE).
   struct Exclusions {
     std::set<std::string> workers;
     std::set<std::string> unavailable;
+    std::set<std::string> too_small;
   };
+  // The status a run ends with when no worker is left to try (`why`): the
+  // latest failure if a refusal for load (RESOURCE_EXHAUSTED: a retry may
+  // fit) or for size (OUT_OF_RANGE: no retry will; but an earlier refusal
+  // for load wins), else `why`.
+  absl::Status NoWorkerLeft(const absl::Status& why) const;
   // No worker of `pool` was routable (`why`). Unless --worker_wait is 0:
   // when its healthy workers all failed this request UNAVAILABLE before
   // (they were restarted), readmits them and tries again now; when none is
@@ -128,7 +135,8 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   int failed_before_send_ = 0;  // attempts that failed before any token
   Exclusions exclude_p_, exclude_d_;
   PickHint prefill_hint_;
-  absl::Status last_;  // the latest attempt's failure
+  absl::Status last_;              // the latest attempt's failure
+  absl::Status refused_for_load_;  // the latest RESOURCE_EXHAUSTED failure
   bool ended_ = false;
   // The end of this run's --worker_wait budget (set on its first wait).
   absl::Time worker_wait_until_ = absl::InfiniteFuture();

@@ -24,7 +24,8 @@ struct RouterOptions {
   // running sequences (router/disaggregation_policy.h).
   double auto_stall_weight = 1.0;
   // disaggregated/auto: when no prefill worker is routable (all down or
-  // unreachable, or each refused this request as full), the decode worker
+  // unreachable, or each refused this request as full or too large for its
+  // whole KV pool), the decode worker
   // prefills the request itself instead of the request failing. Outputs are
   // identical either way (DESIGN.md, determinism).
   bool colocated_fallback = true;

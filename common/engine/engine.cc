@@ -146,6 +146,15 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   ASSIGN_OR_RETURN(engine->kv_,
                    KvCache::Create(layout, options.kv_cache_bytes));
   RETURN_IF_ERROR(engine->runner_->AttachKvPool(*engine->kv_));
+  const int64_t pool_tokens = engine->kv_->total_blocks() * layout.block_size;
+  if (pool_tokens < engine->config_.max_position_embeddings) {
+    PDSERVE_LOG_WARNING(
+        "the KV pool holds %d tokens, less than the model's context of %d: "
+        "a request needing more (prompt + max_tokens) is refused "
+        "(OUT_OF_RANGE; HTTP 400); raise --kv_cache_memory to serve the "
+        "whole context",
+        pool_tokens, engine->config_.max_position_embeddings);
+  }
   if (options.enable_prefix_caching) {
     engine->kv_->EnablePrefixCache(
         PrefixHashRoot(engine->fingerprint_, layout.dtype, layout.block_size));
@@ -159,6 +168,18 @@ int64_t Engine::weight_bytes_per_pass() const {
 }
 
 absl::StatusOr<SeqId> Engine::CreateSequence() { return kv_->CreateSequence(); }
+
+absl::Status Engine::CheckFitsPool(int64_t tokens) const {
+  const int64_t needed = BlocksFor(tokens);
+  const int64_t total = total_blocks();
+  if (needed <= total) return absl::OkStatus();
+  const int64_t block = kv_->layout().block_size;
+  return absl::OutOfRangeError(absl::StrCat(
+      "request needs ", needed, " KV blocks (", tokens,
+      " tokens), this worker's whole KV pool has ", total, " (", total * block,
+      " tokens): lower max_tokens or the prompt, or give the worker more "
+      "--kv_cache_memory"));
+}
 
 absl::Status Engine::Reserve(SeqId seq, int total_tokens) {
   if (total_tokens > config_.max_position_embeddings) {

@@ -82,6 +82,10 @@ class Engine {
   int64_t free_blocks() const { return kv_->free_blocks(); }
   int64_t used_blocks() const { return kv_->used_blocks(); }
   int64_t BlocksFor(int64_t tokens) const { return kv_->BlocksFor(tokens); }
+  // OUT_OF_RANGE when `tokens` tokens of KV need more blocks than the whole
+  // pool has: no amount of waiting fits them on this worker (a larger one
+  // may). Reads only what is fixed at creation: any thread may call it.
+  absl::Status CheckFitsPool(int64_t tokens) const;
   // Bytes of weights held (packed/converted copy), for memory accounting.
   int64_t weight_bytes() const;
   // Weight bytes one forward pass streams (decode is bound by these).

@@ -136,11 +136,8 @@ absl::Status GenerationScheduler::ValidateRequest(
         request->stop.max_tokens, ") exceeds the model's context of ",
         config.max_position_embeddings, " tokens"));
   }
-  if (engine_->BlocksFor(total) > engine_->total_blocks()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "request needs ", engine_->BlocksFor(total),
-        " KV blocks, the whole pool has ", engine_->total_blocks()));
-  }
+  absl::Status fits = engine_->CheckFitsPool(total);
+  if (!fits.ok()) return fits;
   if (request->generated_tokens < 0 ||
       request->generated_tokens >=
           static_cast<int64_t>(request->prompt_ids.size())) {

@@ -245,5 +245,97 @@ TEST(Admission, TheBoundHoldsWhileTheOnlyDecodeWorkerRestarts) {
   (*restarted)->proc.Stop(absl::Seconds(10));
 }
 
+// Workers whose KV pools differ in size: a request larger than one worker's
+// whole pool is refused by it with OUT_OF_RANGE (not RESOURCE_EXHAUSTED,
+// which a client retries in vain) and goes to one that holds it, exactly;
+// a prompt larger than the prefill worker's pool is prefilled by the decode
+// worker; one that no worker holds fails OUT_OF_RANGE saying what to change.
+// (Before, each ended RESOURCE_EXHAUSTED at the first worker: HTTP 429.)
+TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
+  ClusterOptions o;
+  o.decode = 2;
+  o.common_flags = {"--metrics_port=-1"};
+  // stories260K's f32 KV is 20 KiB per block of 16 tokens.
+  o.prefill_flags = {"--kv_cache_memory=60KiB"};        // 3 blocks
+  o.decode_flags_of[0] = {"--kv_cache_memory=120KiB"};  // 6 blocks
+  o.decode_flags_of[1] = {"--kv_cache_memory=480KiB"};  // 24 blocks
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  {
+    auto p = c.Status(c.prefill(0));
+    auto d0 = c.Status(c.decode(0));
+    auto d1 = c.Status(c.decode(1));
+    ASSERT_TRUE(p.ok() && d0.ok() && d1.ok());
+    ASSERT_EQ(p->total_kv_blocks(), 3);
+    ASSERT_EQ(d0->total_kv_blocks(), 6);
+    ASSERT_EQ(d1->total_kv_blocks(), 24);
+  }
+  // 10 prompt + 119 new tokens: 9 blocks, only decode worker 1 holds them
+  // (two at once). Two requests at once go to both decode workers (the
+  // router spreads by load), so one of each pair meets decode worker 0.
+  const ReferenceCase ref = LoadReferenceCases()[2];
+  ASSERT_EQ(ref.prompt_ids.size() + ref.max_new_tokens, 129u);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<absl::StatusOr<GenerateResult>> results(
+        2, absl::UnknownError("not run"));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 2; ++i) {
+      threads.emplace_back([&, i] {
+        results[i] = RunGenerate(c.router(),
+                                 IdsRequest(ref.prompt_ids, ref.max_new_tokens),
+                                 absl::Seconds(60));
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
+      EXPECT_EQ(r->output_ids, ref.output_ids);
+      EXPECT_EQ(r->timings.prefill_location(), "prefill_worker");
+    }
+  }
+  metrics::PrometheusSamples m = ScrapeRole(c.router_process());
+  EXPECT_GE(m.Get("pdserve_request_retries_total").value_or(-1), 1);
+  auto d0 = c.Status(c.decode(0));
+  ASSERT_TRUE(d0.ok()) << d0.status();
+  EXPECT_EQ(d0->kv_pushes_received(), 0);  // refused before any chunk
+
+  // A 60-token prompt (4 blocks) is more than the prefill worker holds: the
+  // decode worker that holds the whole request prefills it, and continues
+  // the reference exactly.
+  constexpr int kGiven = 50;
+  std::vector<int32_t> longer = ref.prompt_ids;
+  longer.insert(longer.end(), ref.output_ids.begin(),
+                ref.output_ids.begin() + kGiven);
+  auto fallback =
+      RunGenerate(c.router(), IdsRequest(longer, ref.max_new_tokens - kGiven),
+                  absl::Seconds(60));
+  ASSERT_TRUE(fallback.ok()) << fallback.status() << c.Logs();
+  EXPECT_EQ(fallback->output_ids,
+            std::vector<int32_t>(ref.output_ids.begin() + kGiven,
+                                 ref.output_ids.end()));
+  EXPECT_EQ(fallback->timings.prefill_location(), "decode_worker");
+  EXPECT_EQ(fallback->timings.prefill_decision().reason(),
+            "prompt_exceeds_prefill_pool");
+
+  // 10 + 400 tokens: 26 blocks, more than any worker holds.
+  auto none = RunGenerate(c.router(), IdsRequest(ref.prompt_ids, 400),
+                          absl::Seconds(60));
+  ASSERT_FALSE(none.ok());
+  EXPECT_TRUE(absl::IsOutOfRange(none.status())) << none.status();
+  const std::string message(none.status().message());
+  EXPECT_NE(message.find("needs 26 KV blocks (410 tokens)"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--kv_cache_memory"), std::string::npos) << message;
+  ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
+  // Every worker warned at start that its pool is below the context (512).
+  for (RoleProcess* w : {&c.prefill(0), &c.decode(0), &c.decode(1)}) {
+    EXPECT_NE(
+        ReadFile(w->log_path).find("less than the model's context of 512"),
+        std::string::npos)
+        << w->name;
+  }
+}
+
 }  // namespace
 }  // namespace pdserve::testing

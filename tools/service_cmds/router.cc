@@ -33,8 +33,9 @@ ABSL_FLAG(double, auto_stall_weight, 1.0,
           "the new request's time to first token");
 ABSL_FLAG(bool, colocated_fallback, true,
           "when no prefill worker is routable (down or unreachable, or each "
-          "refused the request as full), let the decode worker prefill the "
-          "request itself instead of failing it (same output either way)");
+          "refused the request as full or its KV pool as too small for the "
+          "prompt), let the decode worker prefill the request itself instead "
+          "of failing it (same output either way)");
 ABSL_FLAG(absl::Duration, worker_wait, absl::Seconds(10),
           "router: when a pool has no healthy worker at all (its workers "
           "restarting), a request waits this long in all for one (never "
@@ -64,7 +65,8 @@ ABSL_FLAG(int32_t, retry_after_ms, 100,
           "router: the retry-after-ms hint sent with RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_attempts, 3,
           "router: tries per request on UNAVAILABLE/RESOURCE_EXHAUSTED before "
-          "any token was sent");
+          "any token was sent (a worker whose whole KV pool is too small, "
+          "OUT_OF_RANGE, is skipped without using one)");
 ABSL_FLAG(int32_t, default_max_tokens, 256, "router: max_tokens when unset");
 ABSL_FLAG(int32_t, max_tokens_cap, 4096, "router: largest max_tokens accepted");
 ABSL_FLAG(int32_t, max_prompt_tokens, 32768, "router: longest prompt accepted");
