@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/model/config.h"
@@ -20,11 +21,21 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
   return ss.str();
 }
 
-absl::Status Invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
+constexpr char kFieldPayload[] = "type.pdserve/invalid_field";
+
+// INVALID_ARGUMENT naming the request field it is about (InvalidField).
+absl::Status Invalid(absl::string_view field, const std::string& message) {
+  absl::Status s = absl::InvalidArgumentError(message);
+  s.SetPayload(kFieldPayload, absl::Cord(field));
+  return s;
 }
 
 }  // namespace
+
+std::string InvalidField(const absl::Status& status) {
+  auto field = status.GetPayload(kFieldPayload);
+  return field.has_value() ? std::string(*field) : std::string();
+}
 
 absl::StatusOr<RouterModelInfo> LoadRouterModelInfo(const std::string& model) {
   RouterModelInfo info;
@@ -74,17 +85,18 @@ absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
                   const std::string& what) -> absl::StatusOr<ojson> {
     ojson j = ojson::parse(text, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) {
-      return Invalid(absl::StrCat(what, " is not valid JSON"));
+      return Invalid("chat", absl::StrCat(what, " is not valid JSON"));
     }
     return j;
   };
-  if (chat.messages_size() == 0) return Invalid("chat input has no messages");
+  if (chat.messages_size() == 0)
+    return Invalid("chat", "chat input has no messages");
   ChatTemplateInput in;
   in.messages = ojson::array();
   for (int i = 0; i < chat.messages_size(); ++i) {
     const pdserve::v1::ChatMessage& m = chat.messages(i);
     if (m.role().empty()) {
-      return Invalid(absl::StrCat("messages[", i, "] has no role"));
+      return Invalid("chat", absl::StrCat("messages[", i, "] has no role"));
     }
     ojson msg = ojson::object();
     msg["role"] = m.role();
@@ -97,6 +109,7 @@ absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
       if (!calls.ok()) return calls.status();
       if (!calls->is_array()) {
         return Invalid(
+            "chat",
             absl::StrCat("messages[", i, "].tool_calls_json must be a list"));
       }
       msg["tool_calls"] = *std::move(calls);
@@ -112,7 +125,8 @@ absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
   if (!chat.tools_json().empty()) {
     auto tools = parse(chat.tools_json(), "tools_json");
     if (!tools.ok()) return tools.status();
-    if (!tools->is_array()) return Invalid("tools_json must be a list");
+    if (!tools->is_array())
+      return Invalid("tools", "tools_json must be a list");
     if (!tools->empty()) in.tools = *std::move(tools);
   }
   if (!chat.chat_template_kwargs_json().empty()) {
@@ -120,7 +134,7 @@ absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
         parse(chat.chat_template_kwargs_json(), "chat_template_kwargs_json");
     if (!kwargs.ok()) return kwargs.status();
     if (!kwargs->is_object()) {
-      return Invalid("chat_template_kwargs_json must be an object");
+      return Invalid("chat", "chat_template_kwargs_json must be an object");
     }
     in.kwargs = *std::move(kwargs);
   }
@@ -128,12 +142,13 @@ absl::StatusOr<RenderedChat> RenderChat(const pdserve::v1::ChatInput& chat,
   auto tmpl = support.templates->SelectOrError(!in.tools.is_null());
   if (!tmpl.ok()) return tmpl.status();
   auto text = (*tmpl)->Render(in);
-  if (!text.ok()) return Invalid(std::string(text.status().message()));
+  if (!text.ok()) return Invalid("chat", std::string(text.status().message()));
   RenderedChat out;
   out.text = *std::move(text);
   auto ids = tokenizer->Encode(out.text, /*add_special_tokens=*/false);
   if (!ids.ok()) {
-    return Invalid(absl::StrCat("cannot tokenize the rendered conversation: ",
+    return Invalid("chat",
+                   absl::StrCat("cannot tokenize the rendered conversation: ",
                                 ids.status().message()));
   }
   out.ids = *std::move(ids);
@@ -146,12 +161,12 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
     const RequestLimits& limits) {
   ResolvedRequest out;
   if (request.ByteSizeLong() > static_cast<size_t>(limits.max_request_bytes)) {
-    return Invalid(absl::StrCat("request is ", request.ByteSizeLong(),
-                                " bytes, more than the limit of ",
-                                limits.max_request_bytes));
+    return Invalid("", absl::StrCat("request is ", request.ByteSizeLong(),
+                                    " bytes, more than the limit of ",
+                                    limits.max_request_bytes));
   }
   if (request.request_id().size() > 256) {
-    return Invalid("request_id longer than 256 bytes");
+    return Invalid("request_id", "request_id longer than 256 bytes");
   }
   // Prompt.
   switch (request.input_case()) {
@@ -167,22 +182,25 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                                                 ? request.add_special_tokens()
                                                 : true);
       if (!ids.ok()) {
-        return Invalid(absl::StrCat("cannot tokenize the prompt: ",
-                                    ids.status().message()));
+        return Invalid("prompt", absl::StrCat("cannot tokenize the prompt: ",
+                                              ids.status().message()));
       }
       out.prompt_ids = *std::move(ids);
       if (out.prompt_ids.empty()) {
-        return Invalid("empty prompt: the text yields no tokens to run");
+        return Invalid("prompt",
+                       "empty prompt: the text yields no tokens to run");
       }
       break;
     }
     case pdserve::v1::GenerateRequest::kTokenIds:
       out.prompt_ids.assign(request.token_ids().ids().begin(),
                             request.token_ids().ids().end());
-      if (out.prompt_ids.empty()) return Invalid("empty prompt: no token ids");
+      if (out.prompt_ids.empty())
+        return Invalid("prompt", "empty prompt: no token ids");
       for (int32_t id : out.prompt_ids) {
         if (id < 0 || id >= model.vocab_size) {
-          return Invalid(absl::StrCat("prompt token id ", id,
+          return Invalid("prompt",
+                         absl::StrCat("prompt token id ", id,
                                       " is outside the vocabulary [0, ",
                                       model.vocab_size, ")"));
         }
@@ -193,18 +211,19 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
       if (!rendered.ok()) return rendered.status();
       out.prompt_ids = std::move(rendered->ids);
       if (out.prompt_ids.empty()) {
-        return Invalid("empty prompt: the rendered conversation has no tokens");
+        return Invalid("chat",
+                       "empty prompt: the rendered conversation has no tokens");
       }
       break;
     }
     default:
-      return Invalid("empty prompt: set text, token_ids or chat");
+      return Invalid("prompt", "empty prompt: set text, token_ids or chat");
   }
   const int prompt_len = static_cast<int>(out.prompt_ids.size());
   if (prompt_len > limits.max_prompt_tokens) {
-    return Invalid(absl::StrCat("prompt has ", prompt_len,
-                                " tokens, more than the limit of ",
-                                limits.max_prompt_tokens));
+    return Invalid("prompt", absl::StrCat("prompt has ", prompt_len,
+                                          " tokens, more than the limit of ",
+                                          limits.max_prompt_tokens));
   }
   // Length.
   int max_tokens = limits.default_max_tokens;
@@ -212,48 +231,56 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
     max_tokens = request.max_tokens();
     if (max_tokens <= 0) {
       return Invalid(
+          "max_tokens",
           absl::StrCat("max_tokens must be positive, got ", max_tokens));
     }
     if (max_tokens > limits.max_tokens_cap) {
-      return Invalid(absl::StrCat("max_tokens ", max_tokens,
-                                  " is above the limit of ",
-                                  limits.max_tokens_cap));
+      return Invalid("max_tokens", absl::StrCat("max_tokens ", max_tokens,
+                                                " is above the limit of ",
+                                                limits.max_tokens_cap));
     }
   } else {
     max_tokens = std::min(max_tokens, model.max_context - prompt_len);
     if (max_tokens <= 0) {
-      return Invalid(absl::StrCat("prompt (", prompt_len,
+      return Invalid("prompt",
+                     absl::StrCat("prompt (", prompt_len,
                                   " tokens) fills the model context of ",
                                   model.max_context));
     }
   }
   if (prompt_len + max_tokens > model.max_context) {
-    return Invalid(absl::StrCat(
-        "prompt (", prompt_len, " tokens) + max_tokens (", max_tokens,
-        ") exceeds the model context of ", model.max_context));
+    return Invalid(
+        "max_tokens",
+        absl::StrCat("prompt (", prompt_len, " tokens) + max_tokens (",
+                     max_tokens, ") exceeds the model context of ",
+                     model.max_context));
   }
   out.stop.max_tokens = max_tokens;
   out.stop.ignore_eos = request.has_ignore_eos() && request.ignore_eos();
   if (request.stop_token_ids_size() > limits.max_stop_token_ids) {
-    return Invalid(absl::StrCat("more than ", limits.max_stop_token_ids,
+    return Invalid("stop_token_ids",
+                   absl::StrCat("more than ", limits.max_stop_token_ids,
                                 " stop token ids"));
   }
   for (int32_t id : request.stop_token_ids()) {
     if (id < 0 || id >= model.vocab_size) {
-      return Invalid(absl::StrCat("unknown stop token id ", id,
-                                  " (vocabulary has ", model.vocab_size,
-                                  " tokens)"));
+      return Invalid(
+          "stop_token_ids",
+          absl::StrCat("unknown stop token id ", id, " (vocabulary has ",
+                       model.vocab_size, " tokens)"));
     }
     out.stop.stop_token_ids.push_back(id);
   }
   if (request.stop_size() > limits.max_stop_strings) {
-    return Invalid(absl::StrCat("too many stop strings (", request.stop_size(),
+    return Invalid("stop",
+                   absl::StrCat("too many stop strings (", request.stop_size(),
                                 ", limit ", limits.max_stop_strings, ")"));
   }
   for (const std::string& s : request.stop()) {
-    if (s.empty()) return Invalid("empty stop string");
+    if (s.empty()) return Invalid("stop", "empty stop string");
     if (static_cast<int>(s.size()) > limits.max_stop_string_bytes) {
-      return Invalid(absl::StrCat("stop string longer than ",
+      return Invalid("stop",
+                     absl::StrCat("stop string longer than ",
                                   limits.max_stop_string_bytes, " bytes"));
     }
     if (tokenizer == nullptr) {
@@ -275,41 +302,47 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   if (sp.has_frequency_penalty()) s.frequency_penalty = sp.frequency_penalty();
   if (sp.has_seed()) s.seed = sp.seed();
   if (!std::isfinite(s.temperature) || s.temperature < 0) {
-    return Invalid(
-        absl::StrCat("temperature must be >= 0, got ", s.temperature));
+    return Invalid("temperature", absl::StrCat("temperature must be >= 0, got ",
+                                               s.temperature));
   }
   if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) {
-    return Invalid(absl::StrCat("top_p must be in (0, 1], got ", s.top_p));
+    return Invalid("top_p",
+                   absl::StrCat("top_p must be in (0, 1], got ", s.top_p));
   }
   if (s.top_k < 0)
-    return Invalid(absl::StrCat("top_k must be >= 0, got ", s.top_k));
+    return Invalid("top_k", absl::StrCat("top_k must be >= 0, got ", s.top_k));
   if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) {
-    return Invalid(absl::StrCat("min_p must be in [0, 1], got ", s.min_p));
+    return Invalid("min_p",
+                   absl::StrCat("min_p must be in [0, 1], got ", s.min_p));
   }
   if (!(s.repetition_penalty > 0.0f) || !std::isfinite(s.repetition_penalty)) {
-    return Invalid(absl::StrCat("repetition_penalty must be > 0, got ",
+    return Invalid("repetition_penalty",
+                   absl::StrCat("repetition_penalty must be > 0, got ",
                                 s.repetition_penalty));
   }
   // OpenAI's range (vLLM refuses beyond it too).
   if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
-    return Invalid(absl::StrCat("presence_penalty must be in [-2, 2], got ",
+    return Invalid("presence_penalty",
+                   absl::StrCat("presence_penalty must be in [-2, 2], got ",
                                 s.presence_penalty));
   }
   if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
-    return Invalid(absl::StrCat("frequency_penalty must be in [-2, 2], got ",
+    return Invalid("frequency_penalty",
+                   absl::StrCat("frequency_penalty must be in [-2, 2], got ",
                                 s.frequency_penalty));
   }
   if (request.has_top_logprobs()) {
     if (request.top_logprobs() < 0 ||
         request.top_logprobs() > limits.max_top_logprobs) {
-      return Invalid(absl::StrCat("top_logprobs must be in [0, ",
-                                  limits.max_top_logprobs, "], got ",
-                                  request.top_logprobs()));
+      return Invalid(
+          "top_logprobs",
+          absl::StrCat("top_logprobs must be in [0, ", limits.max_top_logprobs,
+                       "], got ", request.top_logprobs()));
     }
     s.top_logprobs = request.top_logprobs();
   }
   absl::Status valid = ValidateSamplingParams(s);
-  if (!valid.ok()) return Invalid(std::string(valid.message()));
+  if (!valid.ok()) return Invalid("", std::string(valid.message()));
   out.skip_special_tokens =
       request.has_skip_special_tokens() ? request.skip_special_tokens() : true;
   return out;

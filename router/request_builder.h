@@ -19,6 +19,13 @@
 
 namespace pdserve {
 
+// The request field an INVALID_ARGUMENT of ResolveRequest or RenderChat is
+// about, by its name in generate.proto ("temperature", "max_tokens",
+// "prompt" for any prompt input, "chat" for the conversation, ...); "" when
+// the status names none. Front doors map it to their own names (the HTTP
+// API's error "param").
+std::string InvalidField(const absl::Status& status);
+
 // What the router knows about the served model.
 struct RouterModelInfo {
   std::string name;

@@ -160,7 +160,8 @@ void OpenAiApi::Tokenize(const http::Request& request,
   auto result = core_->Tokenize(req);
   if (!result.ok()) {
     return fail(HttpStatusFor(result.status().code()),
-                std::string(result.status().message()), "");
+                std::string(result.status().message()),
+                OpenAiParamOf(result.status(), body->contains("messages")));
   }
   json out = {{"count", result->ids_size()},
               {"max_model_len", core_->model().max_context},

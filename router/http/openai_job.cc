@@ -311,13 +311,14 @@ void GenerationJob::Complete() {
 void GenerationJob::Fail(const RequestEnd& end) {
   finished_ = true;
   const int status = HttpStatusFor(end.status.code());
+  const std::string param = OpenAiParamOf(end.status, chat_);
   if (!streaming_) {
     api_->metrics()->CountHttpRequest(endpoint_, status);
-    SendError(*responder_, status, std::string(end.status.message()), "", "",
+    SendError(*responder_, status, std::string(end.status.message()), param, "",
               end.retry_after_ms);
     return;
   }
-  SendEvent(ErrorJson(status, std::string(end.status.message())));
+  SendEvent(ErrorJson(status, std::string(end.status.message()), param));
   responder_->SendChunk("data: [DONE]\n\n");
   responder_->EndStream();
 }

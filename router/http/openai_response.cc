@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "router/request_builder.h"
 
 namespace pdserve::openai {
 
@@ -33,6 +34,14 @@ int HttpStatusFor(absl::StatusCode code) {
     default:
       return 500;
   }
+}
+
+std::string OpenAiParamOf(const absl::Status& status, bool chat) {
+  const std::string field = InvalidField(status);
+  if (field == "chat") return "messages";
+  if (field == "prompt" && chat) return "messages";
+  if (field == "top_logprobs" && !chat) return "logprobs";
+  return field;
 }
 
 json ErrorJson(int http_status, const std::string& message,

@@ -31,6 +31,12 @@ nlohmann::json ErrorJson(int http_status, const std::string& message,
                          const std::string& param = "",
                          const std::string& code = "");
 
+// The OpenAI request parameter a pipeline status is about ("" when none):
+// the field of a validation error (InvalidField, router/request_builder.h)
+// by its name in the chat or the completions API ("prompt" -> "messages"
+// for chat, "top_logprobs" -> "logprobs" for completions).
+std::string OpenAiParamOf(const absl::Status& status, bool chat);
+
 // Sends ErrorJson as the whole response (with Retry-After, in whole seconds
 // rounded up, when retry_after_ms is set).
 void SendError(http::Responder& responder, int http_status,

@@ -189,9 +189,11 @@ TEST_F(HttpTest, NChoicesAndSeedsAreSingleRequestsWithDerivedSeeds) {
 }
 
 TEST_F(HttpTest, ErrorsHaveTheOpenAiShapeAndStatus) {
+  // `param`: the error's "param" ("-": not checked; "": null).
   auto expect_error = [&](const std::string& method, const std::string& path,
                           const std::string& body, int status,
-                          const std::string& message_part) {
+                          const std::string& message_part,
+                          const std::string& param = "-") {
     SCOPED_TRACE(absl::StrCat(method, " ", path, " ", body.substr(0, 80)));
     auto reply = HttpRequest(port_, method, path, body);
     ASSERT_TRUE(reply.ok()) << reply.status();
@@ -203,18 +205,30 @@ TEST_F(HttpTest, ErrorsHaveTheOpenAiShapeAndStatus) {
     }
     EXPECT_THAT(e["error"]["message"].get<std::string>(),
                 HasSubstr(message_part));
+    if (param != "-") {
+      EXPECT_EQ(e["error"]["param"], param.empty() ? json() : json(param));
+    }
   };
   expect_error("POST", "/v1/completions",
-               R"({"model": "gpt-4", "prompt": "hi"})", 404, "gpt-4");
-  // The pipeline's own messages, as gRPC gives them.
+               R"({"model": "gpt-4", "prompt": "hi"})", 404, "gpt-4", "model");
+  // The pipeline's own messages, as gRPC gives them, naming the parameter.
   expect_error("POST", "/v1/completions",
                R"({"prompt": "hi", "temperature": -1})", 400,
-               "temperature must be >= 0");
+               "temperature must be >= 0", "temperature");
   expect_error(
       "POST", "/v1/completions",
       json{{"prompt", std::string(3000, 'a')}, {"max_tokens", 10}}.dump(), 400,
-      "exceeds the model context");
-  expect_error("GET", "/v1/nothing", "", 404, "no such endpoint");
+      "exceeds the model context", "max_tokens");
+  expect_error("POST", "/v1/completions",
+               R"({"prompt": "hi", "presence_penalty": 3, "stream": true})",
+               400, "presence_penalty must be in [-2, 2]", "presence_penalty");
+  expect_error("POST", "/v1/completions", R"({"prompt": "hi", "logprobs": 50})",
+               400, "'logprobs' must be in [0, 20]", "logprobs");
+  expect_error("POST", "/v1/completions", R"({"prompt": [999999]})", 400,
+               "outside the vocabulary", "prompt");
+  expect_error("POST", "/v1/completions", R"({"prompt": "hi", "top_p": 0})",
+               400, "top_p must be in (0, 1]", "top_p");
+  expect_error("GET", "/v1/nothing", "", 404, "no such endpoint", "");
   expect_error("GET", "/v1/completions", "", 405, "not allowed");
   expect_error("POST", "/v1/completions", "{not json", 400, "not valid JSON");
   expect_error("POST", "/v1/completions", R"({"prompt": 5})", 400, "'prompt'");

@@ -1,8 +1,10 @@
 // Unit tests of the router's pure parts: stop strings over streamed text and
 // request resolution (defaults with explicit presence, validation).
 #include <cmath>
+#include <functional>
 
 #include "gtest/gtest.h"
+#include "router/http/openai_response.h"
 #include "router/request_builder.h"
 #include "router/router_options.h"
 #include "router/stop_matcher.h"
@@ -107,7 +109,50 @@ TEST(ResolveRequestTest, PenaltiesTakeOpenAisRange) {
     EXPECT_NE(f.message().find("frequency_penalty must be in [-2, 2]"),
               std::string::npos)
         << f;
+    EXPECT_EQ(InvalidField(p), "presence_penalty");
+    EXPECT_EQ(InvalidField(f), "frequency_penalty");
   }
+}
+
+// Each validation error names its field (the HTTP API's error "param"), by
+// its generate.proto name; the HTTP API maps a few to OpenAI's names.
+TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
+  const auto field_of =
+      [](const std::function<void(pdserve::v1::GenerateRequest&)>& set) {
+        pdserve::v1::GenerateRequest r;
+        r.mutable_token_ids()->add_ids(1);
+        set(r);
+        const absl::Status s =
+            ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits())
+                .status();
+        EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+        return InvalidField(s);
+      };
+  using Req = pdserve::v1::GenerateRequest;
+  EXPECT_EQ(field_of([](Req& r) { r.mutable_sampling()->set_temperature(-1); }),
+            "temperature");
+  EXPECT_EQ(field_of([](Req& r) { r.mutable_sampling()->set_top_p(0); }),
+            "top_p");
+  EXPECT_EQ(field_of([](Req& r) { r.set_max_tokens(0); }), "max_tokens");
+  EXPECT_EQ(field_of([](Req& r) { r.set_max_tokens(600); }), "max_tokens");
+  EXPECT_EQ(field_of([](Req& r) { r.mutable_token_ids()->add_ids(-4); }),
+            "prompt");
+  EXPECT_EQ(field_of([](Req& r) { r.add_stop(""); }), "stop");
+  EXPECT_EQ(field_of([](Req& r) { r.add_stop_token_ids(1 << 20); }),
+            "stop_token_ids");
+  EXPECT_EQ(field_of([](Req& r) { r.set_top_logprobs(99); }), "top_logprobs");
+  EXPECT_EQ(InvalidField(absl::InvalidArgumentError("other")), "");
+  EXPECT_EQ(InvalidField(absl::OkStatus()), "");
+
+  absl::Status prompt = absl::InvalidArgumentError("x");
+  prompt.SetPayload("type.pdserve/invalid_field", absl::Cord("prompt"));
+  ASSERT_EQ(InvalidField(prompt), "prompt");
+  EXPECT_EQ(openai::OpenAiParamOf(prompt, /*chat=*/true), "messages");
+  EXPECT_EQ(openai::OpenAiParamOf(prompt, /*chat=*/false), "prompt");
+  absl::Status top = absl::InvalidArgumentError("x");
+  top.SetPayload("type.pdserve/invalid_field", absl::Cord("top_logprobs"));
+  EXPECT_EQ(openai::OpenAiParamOf(top, /*chat=*/true), "top_logprobs");
+  EXPECT_EQ(openai::OpenAiParamOf(top, /*chat=*/false), "logprobs");
 }
 
 // Router settings out of range are refused with the flag's name (they were
