@@ -1,5 +1,6 @@
 #include "router/request_builder.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -341,6 +342,27 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
     }
     s.top_logprobs = request.top_logprobs();
   }
+  if (sp.logit_bias_size() > limits.max_logit_bias) {
+    return Invalid("logit_bias",
+                   absl::StrCat("logit_bias has ", sp.logit_bias_size(),
+                                " entries, more than the limit of ",
+                                limits.max_logit_bias));
+  }
+  for (const auto& [id, bias] : sp.logit_bias()) {
+    if (id < 0 || id >= model.vocab_size) {
+      return Invalid("logit_bias",
+                     absl::StrCat("logit_bias token id ", id,
+                                  " is outside the vocabulary [0, ",
+                                  model.vocab_size, ")"));
+    }
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return Invalid("logit_bias",
+                     absl::StrCat("logit_bias of token ", id,
+                                  " must be in [-100, 100], got ", bias));
+    }
+    s.logit_bias.emplace_back(id, bias);
+  }
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
   absl::Status valid = ValidateSamplingParams(s);
   if (!valid.ok()) return Invalid("", std::string(valid.message()));
   out.skip_special_tokens =

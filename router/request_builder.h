@@ -47,6 +47,7 @@ struct RequestLimits {
   int max_stop_string_bytes = 256;
   int max_stop_token_ids = 64;
   int max_top_logprobs = 20;
+  int max_logit_bias = 1024;  // entries of logit_bias
   int max_request_bytes = 1 << 20;
 };
 

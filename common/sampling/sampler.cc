@@ -92,6 +92,12 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
     return bad(
         absl::StrCat("top_logprobs must be in [0, 100], got ", p.top_logprobs));
   }
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (!(bias >= -100.0f && bias <= 100.0f)) {
+      return bad(absl::StrCat("logit_bias of token ", id,
+                              " must be in [-100, 100], got ", bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -131,6 +137,9 @@ SampledToken SampleToken(absl::Span<const float> logits,
       l[id] -= params.frequency_penalty * static_cast<float>(n) +
                params.presence_penalty;
     }
+  }
+  for (const auto& [id, bias] : params.logit_bias) {
+    if (id >= 0 && id < V) l[id] += bias;
   }
 
   if (params.temperature <= 1e-6f) {

@@ -25,6 +25,10 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // vLLM style, on output tokens
   uint64_t seed = 0;
   int top_logprobs = 0;  // return the K most likely tokens (raw logprobs)
+  // (token id, value added to its logit after the penalties, before the
+  // temperature), ids ascending and unique; ids outside the vocabulary are
+  // skipped. Logprobs stay those of the raw logits.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 };
 
 struct StopParams {

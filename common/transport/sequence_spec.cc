@@ -1,5 +1,7 @@
 #include "common/transport/sequence_spec.h"
 
+#include <algorithm>
+
 namespace pdserve::transport {
 
 SamplingParams SamplingFromProto(const pb::SamplingParamsProto& p) {
@@ -13,6 +15,9 @@ SamplingParams SamplingFromProto(const pb::SamplingParamsProto& p) {
   s.frequency_penalty = p.frequency_penalty();
   s.seed = p.seed();
   s.top_logprobs = p.top_logprobs();
+  // A proto map's order is unspecified: sorted, for one order everywhere.
+  s.logit_bias.assign(p.logit_bias().begin(), p.logit_bias().end());
+  std::sort(s.logit_bias.begin(), s.logit_bias.end());
   return s;
 }
 
@@ -27,6 +32,8 @@ pb::SamplingParamsProto SamplingToProto(const SamplingParams& s) {
   p.set_frequency_penalty(s.frequency_penalty);
   p.set_seed(s.seed);
   p.set_top_logprobs(s.top_logprobs);
+  for (const auto& [id, bias] : s.logit_bias)
+    (*p.mutable_logit_bias())[id] = bias;
   return p;
 }
 

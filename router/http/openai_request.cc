@@ -4,6 +4,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace pdserve::openai {
@@ -186,7 +187,32 @@ void ReadCommon(Fields& f, ParsedRequest& parsed, v1::GenerateRequest& proto) {
   if (auto v = f.Bool("return_tokens_as_token_ids")) parsed.tokens_as_ids = *v;
   if (auto v = f.Bool("skip_special_tokens")) proto.set_skip_special_tokens(*v);
   (void)f.String("user");  // accepted, not used
-  f.Unsupported("logit_bias", "token biases are not implemented");
+  if (f.Has("logit_bias")) {
+    // {"token id": bias}: the ids as strings (JSON keys), as OpenAI takes
+    // them; the pipeline checks ranges and the vocabulary.
+    const json& biases = f.Get("logit_bias");
+    if (!biases.is_object()) {
+      f.Fail("logit_bias",
+             "'logit_bias' must be an object of token id -> bias");
+    } else {
+      for (const auto& [key, value] : biases.items()) {
+        int32_t id = 0;
+        if (!absl::SimpleAtoi(key, &id)) {
+          f.Fail("logit_bias",
+                 absl::StrCat("'logit_bias' keys must be token ids, got \"",
+                              key, "\""));
+          break;
+        }
+        if (!value.is_number() || !std::isfinite(value.get<double>())) {
+          f.Fail("logit_bias", absl::StrCat("'logit_bias' of token ", key,
+                                            " must be a number"));
+          break;
+        }
+        (*s->mutable_logit_bias())[id] =
+            static_cast<float>(value.get<double>());
+      }
+    }
+  }
   if (f.Has("response_format")) {
     const json& rf = f.Get("response_format");
     if (!(rf.is_object() && rf.value("type", "") == "text")) {

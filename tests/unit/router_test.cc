@@ -114,6 +114,27 @@ TEST(ResolveRequestTest, PenaltiesTakeOpenAisRange) {
   }
 }
 
+// logit_bias reaches the workers sorted by id (one order whatever the
+// proto map's), each value as given; more entries than the limit are
+// refused.
+TEST(ResolveRequestTest, LogitBiasIsSortedAndBounded) {
+  pdserve::v1::GenerateRequest r;
+  r.mutable_token_ids()->add_ids(1);
+  auto& bias = *r.mutable_sampling()->mutable_logit_bias();
+  for (int id : {9, 3, 200, 0}) bias[id] = static_cast<float>(id) - 100.0f;
+  auto ok = ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  const std::vector<std::pair<int32_t, float>> want = {
+      {0, -100.0f}, {3, -97.0f}, {9, -91.0f}, {200, 100.0f}};
+  EXPECT_EQ(ok->sampling.logit_bias, want);
+  RequestLimits limits;
+  limits.max_logit_bias = 3;
+  auto over = ResolveRequest(r, nullptr, ChatSupport(), Model(), limits);
+  EXPECT_TRUE(absl::IsInvalidArgument(over.status())) << over.status();
+  EXPECT_NE(over.status().message().find("more than the limit of 3"),
+            std::string::npos);
+}
+
 // Each validation error names its field (the HTTP API's error "param"), by
 // its generate.proto name; the HTTP API maps a few to OpenAI's names.
 TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
@@ -141,6 +162,14 @@ TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
   EXPECT_EQ(field_of([](Req& r) { r.add_stop_token_ids(1 << 20); }),
             "stop_token_ids");
   EXPECT_EQ(field_of([](Req& r) { r.set_top_logprobs(99); }), "top_logprobs");
+  EXPECT_EQ(field_of([](Req& r) {
+              (*r.mutable_sampling()->mutable_logit_bias())[1 << 20] = 1;
+            }),
+            "logit_bias");
+  EXPECT_EQ(field_of([](Req& r) {
+              (*r.mutable_sampling()->mutable_logit_bias())[5] = 100.5f;
+            }),
+            "logit_bias");
   EXPECT_EQ(InvalidField(absl::InvalidArgumentError("other")), "");
   EXPECT_EQ(InvalidField(absl::OkStatus()), "");
 

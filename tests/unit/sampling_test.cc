@@ -111,6 +111,41 @@ TEST(Sampler, PresenceAndFrequencyPenaltiesUseOutputCounts) {
   EXPECT_EQ(SampleToken({2.0f, 1.0f}, p, {}, {0}, 0).id, 1);
 }
 
+// logit_bias adds to the logits after the penalties and before the
+// temperature: greedy follows it, sampling draws from the biased softmax,
+// -100 bans, ids outside the vocabulary are skipped, and the returned
+// logprobs stay the raw ones.
+TEST(Sampler, LogitBiasShiftsTheLogitsButNotTheLogprobs) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.logit_bias = {{1, 1.5f}};  // 1.0 + 1.5 = 2.5 > 2.0
+  const SampledToken t = SampleToken(logits, p, {}, {}, 0);
+  EXPECT_EQ(t.id, 1);
+  const double raw = 1.0 - std::log(std::exp(2.0) + std::exp(1.0) + 1.0);
+  EXPECT_NEAR(t.logprob, raw, 1e-6);
+  // After the repetition penalty: 2.0 / 2 + 0.3 = 1.3 > 1.2 (before it,
+  // (2.0 + 0.3) / 2 = 1.15 would lose).
+  p.repetition_penalty = 2.0f;
+  p.logit_bias = {{0, 0.3f}};
+  EXPECT_EQ(SampleToken({2.0f, 1.2f}, p, {0}, {}, 0).id, 0);
+  p.repetition_penalty = 1.0f;
+  // -100 bans the best token; an id outside the vocabulary is skipped.
+  p.logit_bias = {{0, -100.0f}, {7, 100.0f}};
+  EXPECT_EQ(SampleToken(logits, p, {}, {}, 0).id, 1);
+  // Sampling: biased logits {2, 1, 0} + {0, 0, 2} = {2, 1, 2}, over T = 2.
+  p.temperature = 2.0f;
+  p.seed = 3;
+  p.logit_bias = {{2, 2.0f}};
+  const auto want = Softmax({1.0, 0.5, 1.0});
+  auto f = Frequencies(logits, p, 20000);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(f[i], want[i], 0.015) << i;
+  p.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  f = Frequencies(logits, p, 2000);
+  EXPECT_EQ(f.size(), 1u);
+  EXPECT_EQ(f.begin()->first, 2);
+}
+
 TEST(Sampler, TemperatureSamplingFollowsSoftmax) {
   SamplingParams p;
   p.temperature = 2.0f;
@@ -185,6 +220,13 @@ TEST(Sampler, ValidateRejectsBadValues) {
   p = {};
   p.repetition_penalty = 0;
   EXPECT_FALSE(ValidateSamplingParams(p).ok());
+  p = {};
+  p.logit_bias = {{3, -100.0f}, {4, 100.0f}};
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  for (float bad : {100.5f, -101.0f, std::nanf(""), INFINITY}) {
+    p.logit_bias = {{3, bad}};
+    EXPECT_FALSE(ValidateSamplingParams(p).ok()) << bad;
+  }
 }
 
 TEST(Stop, EosStopIdsMaxTokensAndIgnoreEos) {

@@ -43,6 +43,17 @@ absl::StatusOr<v1::GenerateRequest> RequestFromJson(
       s->set_frequency_penalty(j.at("frequency_penalty").get<float>());
     }
     if (j.contains("seed")) s->set_seed(j.at("seed").get<uint64_t>());
+    if (j.contains("logit_bias")) {  // {"token id": bias}, as OpenAI's
+      s->clear_logit_bias();
+      for (const auto& [key, bias] : j.at("logit_bias").items()) {
+        int32_t id = 0;
+        if (!absl::SimpleAtoi(key, &id)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("logit_bias keys must be token ids, got ", key));
+        }
+        (*s->mutable_logit_bias())[id] = bias.get<float>();
+      }
+    }
     if (j.contains("ignore_eos"))
       r->set_ignore_eos(j.at("ignore_eos").get<bool>());
     if (j.contains("top_logprobs"))

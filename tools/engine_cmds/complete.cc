@@ -113,6 +113,17 @@ absl::StatusOr<GenerationRequest> RequestFromJson(const std::string& line) {
     num("top_logprobs", &r.sampling.top_logprobs);
     num("ignore_eos", &r.stop.ignore_eos);
     num("stop_token_ids", &r.stop.stop_token_ids);
+    if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
+      for (const auto& [key, bias] : j["logit_bias"].items()) {
+        int32_t id = 0;
+        if (!absl::SimpleAtoi(key, &id)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("logit_bias keys must be token ids, got ", key));
+        }
+        r.sampling.logit_bias.emplace_back(id, bias.get<float>());
+      }
+      std::sort(r.sampling.logit_bias.begin(), r.sampling.logit_bias.end());
+    }
     return r;
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("bad field: ", e.what()));
