@@ -65,6 +65,19 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         r.usage.prompt_tokens === expect.completion.prompt_ids.length, JSON.stringify(r.usage));
 }
 
+// 2b. logit_bias as the SDK sends it: -100 on greedy's first token bans it.
+{
+  const first = expect.completion.output_ids[0];
+  const r = await client.completions.create({
+    model, prompt: expect.completion.prompt_ids, max_tokens: 6,
+    temperature: 0, logprobs: 0, return_tokens_as_token_ids: true,
+    logit_bias: { [String(first)]: -100 },
+  });
+  const ids = idsOf(r.choices[0].logprobs.tokens);
+  check("logit_bias -100 bans greedy's token", ids.length === 6 && !ids.includes(first),
+        `${JSON.stringify(ids)} (banned ${first})`);
+}
+
 // 3. Seeded sampling equals gRPC with the same seed.
 {
   const r = await client.completions.create({
@@ -101,9 +114,11 @@ async function expectError(name, fn, status, part) {
 await expectError("unknown model -> NotFoundError 404",
   () => client.chat.completions.create({ model: "no-such-model", messages: expect.chat.messages }),
   404, "no-such-model");
-await expectError("temperature -1 -> BadRequestError 400",
+const badTemperature = await expectError("temperature -1 -> BadRequestError 400",
   () => client.completions.create({ model, prompt: "Hi", temperature: -1 }),
   400, "temperature must be >= 0");
+check("the error's param names the field", badTemperature?.param === "temperature",
+      String(badTemperature?.param));
 await expectError("over-long prompt -> BadRequestError 400",
   () => client.completions.create({ model, prompt: "a ".repeat(2000), max_tokens: 10 }),
   400, "exceeds the model context");
