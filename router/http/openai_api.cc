@@ -2,7 +2,9 @@
 
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "router/http/openai_job.h"
 #include "router/http/openai_request.h"
 #include "router/http/openai_response.h"
@@ -14,12 +16,10 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kKnownPaths[] = {"/v1/chat/completions",
-                                       "/v1/completions",
-                                       "/v1/models",
-                                       "/health",
-                                       "/tokenize",
-                                       "/detokenize"};
+constexpr const char* kKnownPaths[] = {
+    "/v1/chat/completions", "/v1/completions", "/v1/models",
+    "/v1/models/{model}",   "/health",         "/tokenize",
+    "/detokenize"};
 
 // The JSON body, or an answered 400.
 std::optional<json> ParseBody(const http::Request& request,
@@ -40,6 +40,31 @@ std::optional<json> ParseBody(const http::Request& request,
   }
 }
 
+// The value of a hex digit, or -1.
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// "%2F" -> "/" and the like (a model id in a path may be percent-encoded:
+// "org%2Fname"); a malformed escape stays as it is.
+std::string PercentDecode(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && HexValue(s[i + 1]) >= 0 &&
+        HexValue(s[i + 2]) >= 0) {
+      out.push_back(
+          static_cast<char>(HexValue(s[i + 1]) * 16 + HexValue(s[i + 2])));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 OpenAiApi::OpenAiApi(GenerationCore* core, metrics::RouterMetrics* metrics,
@@ -52,6 +77,11 @@ void OpenAiApi::Handle(http::Request request,
   std::string endpoint = "other";
   for (const char* known : kKnownPaths) {
     if (path == known) endpoint = known;
+  }
+  constexpr absl::string_view kModelPrefix = "/v1/models/";
+  if (absl::StartsWith(path, kModelPrefix) &&
+      path.size() > kModelPrefix.size()) {
+    endpoint = "/v1/models/{model}";  // one metrics label for every id
   }
   const bool post = request.method == "POST";
   const bool get = request.method == "GET";
@@ -78,6 +108,12 @@ void OpenAiApi::Handle(http::Request request,
     if (!get) return wrong_method("GET");
     return Models(request, *responder);
   }
+  if (endpoint == "/v1/models/{model}") {
+    if (!get) return wrong_method("GET");
+    return Model(
+        PercentDecode(absl::string_view(path).substr(kModelPrefix.size())),
+        *responder);
+  }
   if (endpoint == "/health") {
     if (!get) return wrong_method("GET");
     return Health(*responder);
@@ -90,18 +126,35 @@ void OpenAiApi::Handle(http::Request request,
   Detokenize(request, *responder);
 }
 
+json OpenAiApi::ModelJson() const {
+  return {{"id", options_.served_model_name},
+          {"object", "model"},
+          {"created", options_.created},
+          {"owned_by", "pdserve"},
+          {"root", core_->model().name},
+          {"parent", nullptr},
+          {"max_model_len", core_->model().max_context}};
+}
+
 void OpenAiApi::Models(const http::Request&, http::Responder& responder) {
-  json model = {{"id", options_.served_model_name},
-                {"object", "model"},
-                {"created", options_.created},
-                {"owned_by", "pdserve"},
-                {"root", core_->model().name},
-                {"parent", nullptr},
-                {"max_model_len", core_->model().max_context}};
   metrics_->CountHttpRequest("/v1/models", 200);
-  responder.Send(200, "application/json",
-                 DumpJson(json{{"object", "list"},
-                               {"data", json::array({std::move(model)})}}));
+  responder.Send(
+      200, "application/json",
+      DumpJson(json{{"object", "list"}, {"data", json::array({ModelJson()})}}));
+}
+
+void OpenAiApi::Model(const std::string& id, http::Responder& responder) {
+  if (id != options_.served_model_name) {
+    metrics_->CountHttpRequest("/v1/models/{model}", 404);
+    SendError(responder, 404,
+              absl::StrCat("The model `", id,
+                           "` does not exist; this server serves `",
+                           options_.served_model_name, "`"),
+              "model", "model_not_found");
+    return;
+  }
+  metrics_->CountHttpRequest("/v1/models/{model}", 200);
+  responder.Send(200, "application/json", DumpJson(ModelJson()));
 }
 
 void OpenAiApi::Health(http::Responder& responder) {

@@ -1,5 +1,5 @@
 // OpenAiApi: the router's OpenAI-compatible HTTP API (/v1/chat/completions,
-// /v1/completions, /v1/models, /health, /tokenize, /detokenize; docs/
+// /v1/completions, /v1/models[/ID], /health, /tokenize, /detokenize; docs/
 // openai.md). Each generation request becomes GenerateRequests run by the
 // same GenerationCore as gRPC (so validation, routing, retries, migration,
 // cancellation, metrics and stage timings are shared) and its token stream
@@ -13,6 +13,7 @@
 #include <string>
 
 #include "common/metrics/router_metrics.h"
+#include "nlohmann/json.hpp"
 #include "router/generation_core.h"
 #include "router/http/http_server.h"
 
@@ -39,6 +40,10 @@ class OpenAiApi {
 
  private:
   void Models(const http::Request& request, http::Responder& responder);
+  // GET /v1/models/{id} (the SDK's models.retrieve): the served model, or
+  // 404 model_not_found.
+  void Model(const std::string& id, http::Responder& responder);
+  nlohmann::json ModelJson() const;  // one entry of /v1/models
   void Health(http::Responder& responder);
   void Tokenize(const http::Request& request, http::Responder& responder);
   void Detokenize(const http::Request& request, http::Responder& responder);

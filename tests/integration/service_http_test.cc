@@ -283,6 +283,25 @@ TEST_F(HttpTest, ModelsAndHealth) {
   json m = json::parse(models->body);
   EXPECT_EQ(m["data"][0]["id"], "stories260K");
   EXPECT_EQ(m["data"][0]["max_model_len"], 512);
+  // One model by id (the SDK's models.retrieve), percent-encoded or not.
+  for (const char* path :
+       {"/v1/models/stories260K", "/v1/models/stories%32%360K"}) {
+    auto one = HttpRequest(port_, "GET", path);
+    ASSERT_TRUE(one.ok());
+    EXPECT_EQ(one->status, 200) << path << ": " << one->body;
+    EXPECT_EQ(json::parse(one->body, nullptr, false), m["data"][0]) << path;
+  }
+  auto other = HttpRequest(port_, "GET", "/v1/models/org%2Fother");
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->status, 404);
+  json e = json::parse(other->body, nullptr, false);
+  EXPECT_EQ(e["error"]["code"], "model_not_found") << other->body;
+  EXPECT_NE(e["error"]["message"].get<std::string>().find("`org/other`"),
+            std::string::npos)
+      << other->body;
+  auto post = HttpRequest(port_, "POST", "/v1/models/stories260K", "{}");
+  ASSERT_TRUE(post.ok());
+  EXPECT_EQ(post->status, 405);
   auto health = HttpRequest(port_, "GET", "/health");
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200) << health->body;

@@ -100,6 +100,15 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         JSON.stringify(r.usage));
 }
 
+// 4b. models.list and models.retrieve.
+{
+  const list = await client.models.list();
+  check("models.list names the served model", list.data.length === 1 && list.data[0].id === model,
+        JSON.stringify(list.data.map((m) => m.id)));
+  const one = await client.models.retrieve(model);
+  check("models.retrieve returns it", one.id === model && one.object === "model", JSON.stringify(one));
+}
+
 // 5. Errors surface as the SDK's error classes, with pdserve's messages.
 async function expectError(name, fn, status, part) {
   try {
@@ -114,6 +123,8 @@ async function expectError(name, fn, status, part) {
 await expectError("unknown model -> NotFoundError 404",
   () => client.chat.completions.create({ model: "no-such-model", messages: expect.chat.messages }),
   404, "no-such-model");
+await expectError("models.retrieve of another model -> NotFoundError 404",
+  () => client.models.retrieve("no-such-model"), 404, "no-such-model");
 const badTemperature = await expectError("temperature -1 -> BadRequestError 400",
   () => client.completions.create({ model, prompt: "Hi", temperature: -1 }),
   400, "temperature must be >= 0");
