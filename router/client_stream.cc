@@ -12,7 +12,7 @@ ClientStream::ClientStream(ResponseSink* sink, std::string request_id,
     : sink_(sink),
       request_id_(std::move(request_id)),
       req_(std::move(req)),
-      matcher_(req_.stop_strings),
+      matcher_(req_.stop_strings, req_.include_stop_str_in_output),
       arrival_(arrival),
       metrics_(metrics) {
   if (tokenizer != nullptr) {

@@ -367,6 +367,7 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   if (!valid.ok()) return Invalid("", std::string(valid.message()));
   out.skip_special_tokens =
       request.has_skip_special_tokens() ? request.skip_special_tokens() : true;
+  out.include_stop_str_in_output = request.include_stop_str_in_output();
   return out;
 }
 

@@ -77,6 +77,7 @@ struct ResolvedRequest {
   SamplingParams sampling;
   StopParams stop;  // eos ids left empty: the workers use the model's
   std::vector<std::string> stop_strings;
+  bool include_stop_str_in_output = false;  // keep the stop string's text
   bool skip_special_tokens = true;
 };
 

@@ -5,8 +5,9 @@
 
 namespace pdserve {
 
-StopStringMatcher::StopStringMatcher(std::vector<std::string> stops)
-    : stops_(std::move(stops)) {}
+StopStringMatcher::StopStringMatcher(std::vector<std::string> stops,
+                                     bool include_stop)
+    : stops_(std::move(stops)), include_stop_(include_stop) {}
 
 std::string StopStringMatcher::Add(const std::string& delta) {
   if (stopped_) return "";
@@ -14,13 +15,17 @@ std::string StopStringMatcher::Add(const std::string& delta) {
   if (stops_.empty()) return std::exchange(pending_, "");
   // Earliest complete stop string.
   size_t cut = std::string::npos;
+  size_t stop_len = 0;
   for (const std::string& s : stops_) {
     size_t pos = pending_.find(s);
-    if (pos != std::string::npos) cut = std::min(cut, pos);
+    if (pos != std::string::npos && (cut == std::string::npos || pos < cut)) {
+      cut = pos;
+      stop_len = s.size();
+    }
   }
   if (cut != std::string::npos) {
     stopped_ = true;
-    std::string out = pending_.substr(0, cut);
+    std::string out = pending_.substr(0, include_stop_ ? cut + stop_len : cut);
     pending_.clear();
     return out;
   }

@@ -1,7 +1,7 @@
 // StopStringMatcher: applies stop strings to a stream of text deltas. Text
 // that could still be the start of a stop string is held back; when a stop
-// string completes, the text before it is released and the rest dropped
-// (stop strings are trimmed from the output). One per request; not
+// string completes, the text before it is released (and the stop string
+// itself with include_stop) and the rest dropped. One per request; not
 // thread-safe.
 #ifndef PDSERVE_ROUTER_STOP_MATCHER_H_
 #define PDSERVE_ROUTER_STOP_MATCHER_H_
@@ -13,7 +13,10 @@ namespace pdserve {
 
 class StopStringMatcher {
  public:
-  explicit StopStringMatcher(std::vector<std::string> stops);
+  // The earliest stop string in the text ends it; of several starting at the
+  // same place, the first listed.
+  explicit StopStringMatcher(std::vector<std::string> stops,
+                             bool include_stop = false);
   // Adds a delta; returns the text that is now safe to emit.
   std::string Add(const std::string& delta);
   // Releases what is held back (call when the stream ends without a stop).
@@ -22,6 +25,7 @@ class StopStringMatcher {
 
  private:
   std::vector<std::string> stops_;
+  bool include_stop_;
   std::string pending_;
   bool stopped_ = false;
 };

@@ -186,6 +186,9 @@ void ReadCommon(Fields& f, ParsedRequest& parsed, v1::GenerateRequest& proto) {
   if (auto v = f.Bool("ignore_eos")) proto.set_ignore_eos(*v);
   if (auto v = f.Bool("return_tokens_as_token_ids")) parsed.tokens_as_ids = *v;
   if (auto v = f.Bool("skip_special_tokens")) proto.set_skip_special_tokens(*v);
+  if (auto v = f.Bool("include_stop_str_in_output")) {
+    proto.set_include_stop_str_in_output(*v);
+  }
   (void)f.String("user");  // accepted, not used
   if (f.Has("logit_bias")) {
     // {"token id": bias}: the ids as strings (JSON keys), as OpenAI takes

@@ -166,6 +166,39 @@ TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {
             IdsOf(from_bos["choices"][0]["logprobs"]["tokens"]));
 }
 
+// A stop string is trimmed, or kept with include_stop_str_in_output (vLLM's
+// extra), streamed or not.
+TEST_F(HttpTest, IncludeStopStrInOutputKeepsTheStopString) {
+  const ReferenceCase& c = cases_[0];
+  json body = {{"prompt", c.prompt_ids},
+               {"max_tokens", c.max_new_tokens},
+               {"temperature", 0}};
+  const std::string text =
+      Post("/v1/completions", body, 200)["choices"][0]["text"];
+  ASSERT_GT(text.size(), 20u) << text;
+  const std::string stop = text.substr(12, 5);
+  const size_t at = text.find(stop);
+  body["stop"] = stop;
+  json trimmed = Post("/v1/completions", body, 200);
+  EXPECT_EQ(trimmed["choices"][0]["text"], text.substr(0, at));
+  EXPECT_EQ(trimmed["choices"][0]["finish_reason"], "stop");
+  body["include_stop_str_in_output"] = true;
+  json kept = Post("/v1/completions", body, 200);
+  EXPECT_EQ(kept["choices"][0]["text"], text.substr(0, at + stop.size()));
+  EXPECT_EQ(kept["choices"][0]["finish_reason"], "stop");
+  body["stream"] = true;
+  auto reply = HttpRequest(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  auto events = ParseSseEvents(reply->body);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::string streamed;
+  for (const std::string& e : *events) {
+    if (e == "[DONE]") break;
+    streamed += json::parse(e)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, text.substr(0, at + stop.size()));
+}
+
 // logit_bias as OpenAI takes it ({"token id": bias}): -100 bans greedy's
 // token, 100 forces one; bad entries are 400 naming logit_bias.
 TEST_F(HttpTest, LogitBiasBansAndForcesTokens) {

@@ -37,6 +37,22 @@ TEST(StopStringMatcherTest, StopSpanningManyDeltasAndFlush) {
   EXPECT_EQ(none.Add("anything"), "anything");
 }
 
+// include_stop (vLLM's include_stop_str_in_output) keeps the stop string
+// that ended the text, the earliest one; of two at the same place, the
+// first listed.
+TEST(StopStringMatcherTest, IncludeStopKeepsTheStopString) {
+  StopStringMatcher m({"end", "!!"}, /*include_stop=*/true);
+  EXPECT_EQ(m.Add("the e"), "the ");
+  EXPECT_EQ(m.Add("nd!! more"), "end");
+  EXPECT_TRUE(m.stopped());
+  StopStringMatcher earliest({"cd", "b"}, /*include_stop=*/true);
+  EXPECT_EQ(earliest.Add("abcd"), "ab");
+  StopStringMatcher same_place({"ab", "abc"}, /*include_stop=*/true);
+  EXPECT_EQ(same_place.Add("xabcz"), "xab");
+  StopStringMatcher trimmed({"ab", "abc"});
+  EXPECT_EQ(trimmed.Add("xabcz"), "x");
+}
+
 RouterModelInfo Model() {
   RouterModelInfo m;
   m.vocab_size = 512;
