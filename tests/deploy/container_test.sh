@@ -59,9 +59,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free TCP port on the host.
+# A free TCP port on the host, for podman to publish. It is closed again
+# before podman binds it, so it is drawn below the kernel's ephemeral range
+# (ip_local_port_range): a port from that range could meanwhile become
+# another process's outgoing connection or --port=0 listener (the other
+# tests run beside this one).
 free_port() {
-  node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close();});'
+  node -e '
+    const net = require("net");
+    const low = Number(require("fs").readFileSync(
+      "/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    const hi = Math.min(low, 32768), lo = Math.max(1024, hi - 12000);
+    const attempt = (n) => {
+      const port = lo + Math.floor(Math.random() * (hi - lo));
+      const s = net.createServer();
+      s.once("error", () => { if (n > 0) attempt(n - 1); else process.exit(1); });
+      s.listen(port, "127.0.0.1", () => { console.log(port); s.close(); });
+    };
+    attempt(100);'
 }
 
 # --- 1. The Debian 12 base image, imported from debootstrap (cached). --------
