@@ -426,9 +426,13 @@ void RequestRun::OnPrefillDone(std::shared_ptr<PrefillCall> call,
   a.prefill_queue_seconds = presp.prefill_queue_seconds();
   a.prefill_compute_seconds = presp.prefill_compute_seconds();
   if (presp.finished()) {
-    google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
-    *first.Add() = presp.first_token();
-    if (!stream_.Send(first)) return ClientGone();
+    // "stop": the first token is an eos or stop id, which is not part of
+    // the output (as when D samples it); "length": it is the whole output.
+    if (presp.finish_reason() != "stop") {
+      google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
+      *first.Add() = presp.first_token();
+      if (!stream_.Send(first)) return ClientGone();
+    }
     stream_.Finish(presp.finish_reason(), a.timings);
     return End(absl::OkStatus());
   }
