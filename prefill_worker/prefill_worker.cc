@@ -423,7 +423,8 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
     SampledToken tok =
         SampleToken(std::vector<float>(last_logits.begin(), last_logits.end()),
                     sampling, prompt.first(prompt.size() - earlier),
-                    prompt.last(earlier), static_cast<int64_t>(prompt.size()));
+                    prompt.last(earlier), static_cast<int64_t>(prompt.size()),
+                    StopIdsBanned(stop, /*output_len=*/0));
     transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
                            resp.mutable_first_token());
     const std::string reason = StopReason(stop, tok.id, 1);

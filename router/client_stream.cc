@@ -32,7 +32,10 @@ bool ClientStream::Send(
     generated_.push_back(t.id());
     if (detok_.has_value()) {
       auto delta = detok_->Add(t.id());
-      if (delta.ok()) text += matcher_.Add(*delta);
+      if (delta.ok()) {
+        text +=
+            matcher_.Add(*delta, completion_tokens_ >= req_.stop.min_tokens);
+      }
     }
     if (matcher_.stopped()) break;
   }

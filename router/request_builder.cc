@@ -257,6 +257,14 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                      model.max_context));
   }
   out.stop.max_tokens = max_tokens;
+  if (request.has_min_tokens()) {
+    if (request.min_tokens() < 0 || request.min_tokens() > max_tokens) {
+      return Invalid("min_tokens",
+                     absl::StrCat("min_tokens must be in [0, max_tokens = ",
+                                  max_tokens, "], got ", request.min_tokens()));
+    }
+    out.stop.min_tokens = request.min_tokens();
+  }
   out.stop.ignore_eos = request.has_ignore_eos() && request.ignore_eos();
   if (request.stop_token_ids_size() > limits.max_stop_token_ids) {
     return Invalid("stop_token_ids",

@@ -54,6 +54,8 @@ pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
   *spec.mutable_stop() = transport::StopToProto(req.stop);
   spec.mutable_stop()->set_max_tokens(req.stop.max_tokens -
                                       static_cast<int>(generated.size()));
+  spec.mutable_stop()->set_min_tokens(
+      std::max(0, req.stop.min_tokens - static_cast<int>(generated.size())));
   spec.set_generated_tokens(static_cast<int32_t>(generated.size()));
   return spec;
 }

@@ -9,10 +9,11 @@ StopStringMatcher::StopStringMatcher(std::vector<std::string> stops,
                                      bool include_stop)
     : stops_(std::move(stops)), include_stop_(include_stop) {}
 
-std::string StopStringMatcher::Add(const std::string& delta) {
+std::string StopStringMatcher::Add(const std::string& delta, bool may_stop) {
   if (stopped_) return "";
   pending_ += delta;
   if (stops_.empty()) return std::exchange(pending_, "");
+  if (!may_stop) return Release();
   // Earliest complete stop string.
   size_t cut = std::string::npos;
   size_t stop_len = 0;
@@ -29,6 +30,10 @@ std::string StopStringMatcher::Add(const std::string& delta) {
     pending_.clear();
     return out;
   }
+  return Release();
+}
+
+std::string StopStringMatcher::Release() {
   // Hold back the longest suffix that is a proper prefix of a stop string.
   size_t hold = 0;
   for (const std::string& s : stops_) {

@@ -17,13 +17,20 @@ class StopStringMatcher {
   // same place, the first listed.
   explicit StopStringMatcher(std::vector<std::string> stops,
                              bool include_stop = false);
-  // Adds a delta; returns the text that is now safe to emit.
-  std::string Add(const std::string& delta);
+  // Adds a delta; returns the text that is now safe to emit. With
+  // may_stop false (the output is still short of min_tokens) no stop string
+  // ends the text: one complete in it is emitted as text, and only a
+  // possible start of one is held back.
+  std::string Add(const std::string& delta, bool may_stop = true);
   // Releases what is held back (call when the stream ends without a stop).
   std::string Flush();
   bool stopped() const { return stopped_; }
 
  private:
+  // Emits pending_ but for its longest suffix that is a proper prefix of a
+  // stop string.
+  std::string Release();
+
   std::vector<std::string> stops_;
   bool include_stop_;
   std::string pending_;

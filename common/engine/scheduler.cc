@@ -128,6 +128,12 @@ absl::Status GenerationScheduler::ValidateRequest(
     return absl::InvalidArgumentError(absl::StrCat(
         "max_tokens must be positive, got ", request->stop.max_tokens));
   }
+  if (request->stop.min_tokens < 0 ||
+      request->stop.min_tokens > request->stop.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_tokens must be in [0, max_tokens = ", request->stop.max_tokens,
+        "], got ", request->stop.min_tokens));
+  }
   const int64_t total = static_cast<int64_t>(request->prompt_ids.size()) +
                         request->stop.max_tokens;
   if (total > config.max_position_embeddings) {
@@ -374,7 +380,8 @@ bool GenerationScheduler::Step() {
       SampledToken t = SampleToken(
           absl::MakeConstSpan(logits_.data() + i * static_cast<size_t>(vocab),
                               vocab),
-          r.req.sampling, r.sampled_prompt(), r.sampled_output, position);
+          r.req.sampling, r.sampled_prompt(), r.sampled_output, position,
+          StopIdsBanned(r.req.stop, static_cast<int>(r.output.size())));
       const std::string reason =
           StopReason(r.req.stop, t.id, static_cast<int>(r.output.size()) + 1);
       TokenEvent event;

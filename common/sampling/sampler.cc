@@ -104,8 +104,8 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 SampledToken SampleToken(absl::Span<const float> logits,
                          const SamplingParams& params,
                          absl::Span<const int32_t> prompt_ids,
-                         absl::Span<const int32_t> output_ids,
-                         int64_t position) {
+                         absl::Span<const int32_t> output_ids, int64_t position,
+                         absl::Span<const int32_t> banned) {
   const int32_t V = static_cast<int32_t>(logits.size());
   SampledToken result;
   // Raw logprobs (log_softmax of the model's logits), in double.
@@ -141,6 +141,9 @@ SampledToken SampleToken(absl::Span<const float> logits,
   for (const auto& [id, bias] : params.logit_bias) {
     if (id >= 0 && id < V) l[id] += bias;
   }
+  for (int32_t id : banned) {
+    if (id >= 0 && id < V) l[id] = -INFINITY;
+  }
 
   if (params.temperature <= 1e-6f) {
     result.id = ArgMax(l);
@@ -148,6 +151,11 @@ SampledToken SampleToken(absl::Span<const float> logits,
     std::vector<int32_t> kept(V);
     std::iota(kept.begin(), kept.end(), 0);
     for (float& v : l) v = static_cast<float>(v / params.temperature);
+    if (!banned.empty()) {  // not even the inverse CDF's last resort
+      kept.erase(std::remove_if(kept.begin(), kept.end(),
+                                [&](int32_t id) { return l[id] == -INFINITY; }),
+                 kept.end());
+    }
     const bool top_k = params.top_k > 0 && params.top_k < V;
     const bool top_p = params.top_p < 1.0f;
     if (top_k || top_p) {
@@ -215,6 +223,15 @@ SampledToken SampleToken(absl::Span<const float> logits,
     }
   }
   return result;
+}
+
+std::vector<int32_t> StopIdsBanned(const StopParams& stop, int output_len) {
+  std::vector<int32_t> banned;
+  if (output_len >= stop.min_tokens) return banned;
+  if (!stop.ignore_eos) banned = stop.eos_ids;
+  banned.insert(banned.end(), stop.stop_token_ids.begin(),
+                stop.stop_token_ids.end());
+  return banned;
 }
 
 std::string StopReason(const StopParams& stop, int32_t token,

@@ -36,6 +36,9 @@ struct StopParams {
   std::vector<int32_t> stop_token_ids;
   int max_tokens = 16;
   bool ignore_eos = false;
+  // Until the output has this many tokens, the ids that would end it (eos
+  // unless ignore_eos, stop_token_ids) are not sampled (StopIdsBanned).
+  int min_tokens = 0;
 };
 
 struct SampledToken {
@@ -48,12 +51,19 @@ struct SampledToken {
 absl::Status ValidateSamplingParams(const SamplingParams& params);
 
 // position = the index of the token being sampled in the full sequence
-// (prompt_len + number of tokens generated before it).
+// (prompt_len + number of tokens generated before it). `banned` ids are
+// never sampled (their logits become -inf after the penalties and biases);
+// their logprobs stay the raw ones.
 SampledToken SampleToken(absl::Span<const float> logits,
                          const SamplingParams& params,
                          absl::Span<const int32_t> prompt_ids,
-                         absl::Span<const int32_t> output_ids,
-                         int64_t position);
+                         absl::Span<const int32_t> output_ids, int64_t position,
+                         absl::Span<const int32_t> banned = {});
+
+// The ids SampleToken must not pick for the token after `output_len`
+// tokens of output: eos (unless ignore_eos) and stop_token_ids while
+// output_len < min_tokens, else none.
+std::vector<int32_t> StopIdsBanned(const StopParams& stop, int output_len);
 
 // Whether `token` (just sampled, not yet appended) ends generation, and why:
 // "stop" for an eos id (unless ignore_eos) or a stop id (the token is then

@@ -45,6 +45,7 @@ StopParams StopFromProto(const pb::StopParamsProto& p,
   s.stop_token_ids.assign(p.stop_token_ids().begin(), p.stop_token_ids().end());
   s.max_tokens = p.max_tokens();
   s.ignore_eos = p.ignore_eos();
+  s.min_tokens = p.min_tokens();
   return s;
 }
 
@@ -54,6 +55,7 @@ pb::StopParamsProto StopToProto(const StopParams& s) {
   for (int32_t id : s.stop_token_ids) p.add_stop_token_ids(id);
   p.set_max_tokens(s.max_tokens);
   p.set_ignore_eos(s.ignore_eos);
+  p.set_min_tokens(s.min_tokens);
   return p;
 }
 

@@ -184,6 +184,9 @@ void ReadCommon(Fields& f, ParsedRequest& parsed, v1::GenerateRequest& proto) {
     }
   }
   if (auto v = f.Bool("ignore_eos")) proto.set_ignore_eos(*v);
+  if (auto v = f.Int("min_tokens", 0, std::numeric_limits<int32_t>::max())) {
+    proto.set_min_tokens(static_cast<int32_t>(*v));
+  }
   if (auto v = f.Bool("return_tokens_as_token_ids")) parsed.tokens_as_ids = *v;
   if (auto v = f.Bool("skip_special_tokens")) proto.set_skip_special_tokens(*v);
   if (auto v = f.Bool("include_stop_str_in_output")) {

@@ -1,6 +1,7 @@
 // Exactness of the disaggregated service against the bundled reference, in
 // every routing mode, at concurrency 1 and 16; seeded sampling identical
-// across modes and to `pdserve complete`, with a logit_bias too; and proof that
+// across modes and to `pdserve complete`, with a logit_bias and min_tokens
+// too; and proof that
 // the KV really moves (worker counters).
 #include <algorithm>
 #include <fstream>
@@ -214,6 +215,48 @@ TEST_F(ExactnessTest, LogitBiasIsAppliedInEveryModeAndEqualsComplete) {
       }
       std::ofstream(input) << line.dump() << "\n";
     }
+    auto out = RunPdserveCapture(
+        {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
+        absl::Seconds(60));
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object() && j.contains("output_ids")) << *out;
+    EXPECT_EQ(j["output_ids"].get<std::vector<int32_t>>(), outs[0]);
+  }
+}
+
+// min_tokens holds eos back on both legs (the prefill worker samples the
+// first token): with eos forced by a logit bias the output is empty, and
+// with min_tokens = 5 it is exactly 5 tokens, none of them eos, identical
+// in every mode and to `pdserve complete`.
+TEST_F(ExactnessTest, MinTokensHoldsEosBackInEveryModeAndEqualsComplete) {
+  const ReferenceCase& c = cases_[1];
+  constexpr int32_t kEos = 2;  // stories260K's generation config: [2, 1]
+  TempDir dir;
+  for (const int min_tokens : {0, 1, 5}) {
+    SCOPED_TRACE(absl::StrCat("min_tokens ", min_tokens));
+    v1::GenerateRequest req = IdsRequest(c.prompt_ids, 24);
+    (*req.mutable_sampling()->mutable_logit_bias())[kEos] = 100.0f;
+    req.set_min_tokens(min_tokens);
+    std::vector<std::vector<int32_t>> outs;
+    for (int r = 0; r < 3; ++r) {
+      auto result = RunGenerate(cluster_->router(r), req, absl::Seconds(60));
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_EQ(result->finish_reason, "stop");
+      outs.push_back(result->output_ids);
+    }
+    EXPECT_EQ(outs[0].size(), static_cast<size_t>(min_tokens));
+    EXPECT_EQ(std::count(outs[0].begin(), outs[0].end(), kEos), 0);
+    EXPECT_EQ(std::count(outs[0].begin(), outs[0].end(), 1), 0);
+    EXPECT_EQ(outs[0], outs[1]) << "disaggregated vs colocated";
+    EXPECT_EQ(outs[0], outs[2]) << "disaggregated vs auto";
+    const std::string input = dir.path() + "/min_tokens.jsonl";
+    std::ofstream(input) << nlohmann::json{{"prompt_ids", c.prompt_ids},
+                                           {"max_tokens", 24},
+                                           {"min_tokens", min_tokens},
+                                           {"logit_bias", {{"2", 100.0}}}}
+                                .dump()
+                         << "\n";
     auto out = RunPdserveCapture(
         {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
         absl::Seconds(60));

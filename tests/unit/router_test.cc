@@ -53,6 +53,17 @@ TEST(StopStringMatcherTest, IncludeStopKeepsTheStopString) {
   EXPECT_EQ(trimmed.Add("xabcz"), "x");
 }
 
+// Short of min_tokens (may_stop false) no stop string ends the text; one
+// that completes afterwards does, even if it began before.
+TEST(StopStringMatcherTest, NoStopBeforeMinTokens) {
+  StopStringMatcher m({"ab"});
+  EXPECT_EQ(m.Add("xab", /*may_stop=*/false), "xab");
+  EXPECT_EQ(m.Add("ya", /*may_stop=*/false), "y");  // "a" may start "ab"
+  EXPECT_FALSE(m.stopped());
+  EXPECT_EQ(m.Add("bz", /*may_stop=*/true), "");
+  EXPECT_TRUE(m.stopped());
+}
+
 RouterModelInfo Model() {
   RouterModelInfo m;
   m.vocab_size = 512;
@@ -178,6 +189,12 @@ TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
   EXPECT_EQ(field_of([](Req& r) { r.add_stop_token_ids(1 << 20); }),
             "stop_token_ids");
   EXPECT_EQ(field_of([](Req& r) { r.set_top_logprobs(99); }), "top_logprobs");
+  EXPECT_EQ(field_of([](Req& r) {
+              r.set_max_tokens(4);
+              r.set_min_tokens(5);
+            }),
+            "min_tokens");
+  EXPECT_EQ(field_of([](Req& r) { r.set_min_tokens(-1); }), "min_tokens");
   EXPECT_EQ(field_of([](Req& r) {
               (*r.mutable_sampling()->mutable_logit_bias())[1 << 20] = 1;
             }),

@@ -146,6 +146,40 @@ TEST(Sampler, LogitBiasShiftsTheLogitsButNotTheLogprobs) {
   EXPECT_EQ(f.begin()->first, 2);
 }
 
+// min_tokens: eos (unless ignore_eos) and stop ids are banned while the
+// output is short of it; a banned id is never sampled, greedy or not, and
+// keeps its raw logprob in the top list.
+TEST(Sampler, MinTokensBansTheIdsThatWouldEndTheOutput) {
+  StopParams stop;
+  stop.eos_ids = {2};
+  stop.stop_token_ids = {5};
+  stop.min_tokens = 3;
+  EXPECT_EQ(StopIdsBanned(stop, 0), (std::vector<int32_t>{2, 5}));
+  EXPECT_EQ(StopIdsBanned(stop, 2), (std::vector<int32_t>{2, 5}));
+  EXPECT_TRUE(StopIdsBanned(stop, 3).empty());
+  stop.ignore_eos = true;
+  EXPECT_EQ(StopIdsBanned(stop, 0), (std::vector<int32_t>{5}));
+  stop.min_tokens = 0;
+  EXPECT_TRUE(StopIdsBanned(stop, 0).empty());
+
+  const std::vector<float> logits = {0.0f, 0.5f, 4.0f, 1.0f, 0.0f, 3.0f};
+  SamplingParams p;
+  p.temperature = 0;
+  p.top_logprobs = 1;
+  const std::vector<int32_t> banned = {2, 5};
+  const SampledToken greedy = SampleToken(logits, p, {}, {}, 0, banned);
+  EXPECT_EQ(greedy.id, 3);
+  ASSERT_EQ(greedy.top_logprobs.size(), 1u);
+  EXPECT_EQ(greedy.top_logprobs[0].first, 2);  // raw logprobs
+  p.temperature = 1.5f;
+  p.seed = 9;
+  for (int pos = 0; pos < 2000; ++pos) {
+    const int32_t id = SampleToken(logits, p, {}, {}, pos, banned).id;
+    ASSERT_NE(id, 2) << pos;
+    ASSERT_NE(id, 5) << pos;
+  }
+}
+
 TEST(Sampler, TemperatureSamplingFollowsSoftmax) {
   SamplingParams p;
   p.temperature = 2.0f;

@@ -56,6 +56,8 @@ absl::StatusOr<v1::GenerateRequest> RequestFromJson(
     }
     if (j.contains("ignore_eos"))
       r->set_ignore_eos(j.at("ignore_eos").get<bool>());
+    if (j.contains("min_tokens"))
+      r->set_min_tokens(j.at("min_tokens").get<int32_t>());
     if (j.contains("top_logprobs"))
       r->set_top_logprobs(j.at("top_logprobs").get<int32_t>());
     if (j.contains("stop")) {

@@ -112,6 +112,7 @@ absl::StatusOr<GenerationRequest> RequestFromJson(const std::string& line) {
     num("frequency_penalty", &r.sampling.frequency_penalty);
     num("top_logprobs", &r.sampling.top_logprobs);
     num("ignore_eos", &r.stop.ignore_eos);
+    num("min_tokens", &r.stop.min_tokens);
     num("stop_token_ids", &r.stop.stop_token_ids);
     if (j.contains("logit_bias") && !j["logit_bias"].is_null()) {
       for (const auto& [key, bias] : j["logit_bias"].items()) {
