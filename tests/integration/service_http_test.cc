@@ -219,6 +219,15 @@ TEST_F(HttpTest, LogitBiasBansAndForcesTokens) {
   json forced = Post("/v1/completions", body, 200);
   EXPECT_EQ(IdsOf(forced["choices"][0]["logprobs"]["tokens"]),
             std::vector<int32_t>(6, 300));
+  // eos (2) forced ends the output at once, unless min_tokens holds it.
+  body["logit_bias"] = {{"2", 100}};
+  for (int min_tokens : {0, 3}) {
+    body["min_tokens"] = min_tokens;
+    json r = Post("/v1/completions", body, 200);
+    EXPECT_EQ(r["usage"]["completion_tokens"], min_tokens) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << r.dump();
+  }
+  body.erase("min_tokens");
   for (const json& bad : {json{{"x", 1}}, json{{"999999", 1}}, json{{"5", 101}},
                           json{{"5", "high"}}, json(3)}) {
     body["logit_bias"] = bad;
