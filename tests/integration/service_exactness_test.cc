@@ -53,6 +53,24 @@ class ExactnessTest : public ::testing::Test {
     return out;
   }
 
+  // `pdserve complete --input_jsonl` of one request line: its output ids.
+  static absl::StatusOr<std::vector<int32_t>> CompleteLine(
+      const nlohmann::json& line) {
+    TempDir dir;
+    const std::string input = dir.path() + "/request.jsonl";
+    std::ofstream(input) << line.dump() << "\n";
+    auto out = RunPdserveCapture(
+        {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
+        absl::Seconds(60));
+    if (!out.ok()) return out.status();
+    auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("output_ids")) {
+      return absl::InternalError("pdserve complete printed no output_ids: " +
+                                 *out);
+    }
+    return j["output_ids"].get<std::vector<int32_t>>();
+  }
+
   static Cluster* cluster_;
   static std::vector<ReferenceCase> cases_;
 };
@@ -183,7 +201,6 @@ TEST_F(ExactnessTest, LogitBiasIsAppliedInEveryModeAndEqualsComplete) {
   const ReferenceCase& c = cases_[0];
   const int32_t banned = c.output_ids[0];  // greedy's first token
   const int32_t favoured = c.output_ids[3];
-  TempDir dir;
   for (const bool seeded : {false, true}) {
     SCOPED_TRACE(seeded ? "seeded" : "greedy");
     v1::GenerateRequest req = IdsRequest(c.prompt_ids, 24);
@@ -202,26 +219,18 @@ TEST_F(ExactnessTest, LogitBiasIsAppliedInEveryModeAndEqualsComplete) {
     EXPECT_EQ(outs[0], outs[1]) << "disaggregated vs colocated";
     EXPECT_EQ(outs[0], outs[2]) << "disaggregated vs auto";
     EXPECT_EQ(std::count(outs[0].begin(), outs[0].end(), banned), 0);
-    const std::string input = dir.path() + "/requests.jsonl";
-    {
-      nlohmann::json line = {{"prompt_ids", c.prompt_ids},
-                             {"max_tokens", 24},
-                             {"logit_bias",
-                              {{std::to_string(banned), -100.0},
-                               {std::to_string(favoured), 2.5}}}};
-      if (seeded) {
-        line["temperature"] = 0.8;
-        line["seed"] = 7;
-      }
-      std::ofstream(input) << line.dump() << "\n";
+    nlohmann::json line = {
+        {"prompt_ids", c.prompt_ids},
+        {"max_tokens", 24},
+        {"logit_bias",
+         {{std::to_string(banned), -100.0}, {std::to_string(favoured), 2.5}}}};
+    if (seeded) {
+      line["temperature"] = 0.8;
+      line["seed"] = 7;
     }
-    auto out = RunPdserveCapture(
-        {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
-        absl::Seconds(60));
-    ASSERT_TRUE(out.ok()) << out.status();
-    auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
-    ASSERT_TRUE(j.is_object() && j.contains("output_ids")) << *out;
-    EXPECT_EQ(j["output_ids"].get<std::vector<int32_t>>(), outs[0]);
+    auto complete = CompleteLine(line);
+    ASSERT_TRUE(complete.ok()) << complete.status();
+    EXPECT_EQ(*complete, outs[0]);
   }
 }
 
@@ -232,7 +241,6 @@ TEST_F(ExactnessTest, LogitBiasIsAppliedInEveryModeAndEqualsComplete) {
 TEST_F(ExactnessTest, MinTokensHoldsEosBackInEveryModeAndEqualsComplete) {
   const ReferenceCase& c = cases_[1];
   constexpr int32_t kEos = 2;  // stories260K's generation config: [2, 1]
-  TempDir dir;
   for (const int min_tokens : {0, 1, 5}) {
     SCOPED_TRACE(absl::StrCat("min_tokens ", min_tokens));
     v1::GenerateRequest req = IdsRequest(c.prompt_ids, 24);
@@ -250,20 +258,12 @@ TEST_F(ExactnessTest, MinTokensHoldsEosBackInEveryModeAndEqualsComplete) {
     EXPECT_EQ(std::count(outs[0].begin(), outs[0].end(), 1), 0);
     EXPECT_EQ(outs[0], outs[1]) << "disaggregated vs colocated";
     EXPECT_EQ(outs[0], outs[2]) << "disaggregated vs auto";
-    const std::string input = dir.path() + "/min_tokens.jsonl";
-    std::ofstream(input) << nlohmann::json{{"prompt_ids", c.prompt_ids},
-                                           {"max_tokens", 24},
-                                           {"min_tokens", min_tokens},
-                                           {"logit_bias", {{"2", 100.0}}}}
-                                .dump()
-                         << "\n";
-    auto out = RunPdserveCapture(
-        {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
-        absl::Seconds(60));
-    ASSERT_TRUE(out.ok()) << out.status();
-    auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
-    ASSERT_TRUE(j.is_object() && j.contains("output_ids")) << *out;
-    EXPECT_EQ(j["output_ids"].get<std::vector<int32_t>>(), outs[0]);
+    auto complete = CompleteLine({{"prompt_ids", c.prompt_ids},
+                                  {"max_tokens", 24},
+                                  {"min_tokens", min_tokens},
+                                  {"logit_bias", {{"2", 100.0}}}});
+    ASSERT_TRUE(complete.ok()) << complete.status();
+    EXPECT_EQ(*complete, outs[0]);
   }
 }
 

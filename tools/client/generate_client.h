@@ -34,8 +34,8 @@ struct GenerateResult {
 // One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]} plus optional
 // sampling/stopping fields (max_tokens, temperature, top_p, top_k, min_p,
 // repetition/presence/frequency_penalty, seed, logit_bias ({"id": bias}),
-// ignore_eos, min_tokens, top_logprobs, stop, stop_token_ids, request_id); missing
-// fields keep `base`'s values.
+// ignore_eos, min_tokens, top_logprobs, stop, stop_token_ids, request_id);
+// missing fields keep `base`'s values.
 absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromJson(
     const std::string& line, const pdserve::v1::GenerateRequest& base);
 
