@@ -126,6 +126,15 @@ void OpenAiApi::Handle(http::Request request,
   Detokenize(request, *responder);
 }
 
+void OpenAiApi::SendUnknownModel(http::Responder& responder,
+                                 const std::string& model) const {
+  SendError(responder, 404,
+            absl::StrCat("The model `", model,
+                         "` does not exist; this server serves `",
+                         options_.served_model_name, "`"),
+            "model", "model_not_found");
+}
+
 json OpenAiApi::ModelJson() const {
   return {{"id", options_.served_model_name},
           {"object", "model"},
@@ -146,12 +155,7 @@ void OpenAiApi::Models(const http::Request&, http::Responder& responder) {
 void OpenAiApi::Model(const std::string& id, http::Responder& responder) {
   if (id != options_.served_model_name) {
     metrics_->CountHttpRequest("/v1/models/{model}", 404);
-    SendError(responder, 404,
-              absl::StrCat("The model `", id,
-                           "` does not exist; this server serves `",
-                           options_.served_model_name, "`"),
-              "model", "model_not_found");
-    return;
+    return SendUnknownModel(responder, id);
   }
   metrics_->CountHttpRequest("/v1/models/{model}", 200);
   responder.Send(200, "application/json", DumpJson(ModelJson()));
@@ -280,12 +284,7 @@ void OpenAiApi::Generate(const http::Request& request,
   }
   if (!parsed->model.empty() && parsed->model != options_.served_model_name) {
     metrics_->CountHttpRequest(endpoint, 404);
-    SendError(*responder, 404,
-              absl::StrCat("The model `", parsed->model,
-                           "` does not exist; this server serves `",
-                           options_.served_model_name, "`"),
-              "model", "model_not_found");
-    return;
+    return SendUnknownModel(*responder, parsed->model);
   }
   if (!chat && parsed->echo && parsed->logprobs) {
     metrics_->CountHttpRequest(endpoint, 400);

@@ -44,6 +44,9 @@ class OpenAiApi {
   // 404 model_not_found.
   void Model(const std::string& id, http::Responder& responder);
   nlohmann::json ModelJson() const;  // one entry of /v1/models
+  // 404 model_not_found for a `model` this server does not serve.
+  void SendUnknownModel(http::Responder& responder,
+                        const std::string& model) const;
   void Health(http::Responder& responder);
   void Tokenize(const http::Request& request, http::Responder& responder);
   void Detokenize(const http::Request& request, http::Responder& responder);
