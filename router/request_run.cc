@@ -13,10 +13,12 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/support/client_callback.h"
 #include "router/disaggregation_policy.h"
+#include "router/request_run_calls.h"
 
 namespace pdserve {
 
 namespace v1 = ::pdserve::v1;
+using request_run_internal::AbortAsync;
 
 namespace {
 
@@ -60,109 +62,7 @@ pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
   return spec;
 }
 
-// Tells a worker to drop a request (frees its KV now rather than at lease
-// expiry). Fire and forget: the call owns itself until it completes.
-void AbortAsync(const std::shared_ptr<WorkerEndpoint>& ep,
-                const std::string& worker_request_id) {
-  if (ep == nullptr) return;
-  struct AbortCall {
-    grpc::ClientContext ctx;
-    pb::AbortRequest req;
-    pb::AbortResponse resp;
-    std::shared_ptr<WorkerEndpoint> ep;  // keeps the stub alive
-  };
-  auto call = std::make_shared<AbortCall>();
-  call->ep = ep;
-  call->ctx.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Milliseconds(500)));
-  call->req.set_request_id(worker_request_id);
-  ep->worker->async()->Abort(&call->ctx, &call->req, &call->resp,
-                             [call](grpc::Status) {});
-}
-
-// Counts a request against a worker's load while an attempt uses it.
-class LoadToken {
- public:
-  explicit LoadToken(std::shared_ptr<WorkerEndpoint> ep) : ep_(std::move(ep)) {
-    ep_->in_flight.fetch_add(1);
-  }
-  ~LoadToken() { ep_->in_flight.fetch_sub(1); }
-  LoadToken(const LoadToken&) = delete;
-  LoadToken& operator=(const LoadToken&) = delete;
-
- private:
-  std::shared_ptr<WorkerEndpoint> ep_;
-};
-
 }  // namespace
-
-// A unary Prefill call in flight: context, request and response live until
-// its callback has run.
-struct RequestRun::PrefillCall {
-  grpc::ClientContext ctx;
-  pb::PrefillRequest req;
-  pb::PrefillResponse resp;
-  absl::Time start;
-};
-
-// A Decode stream in flight (colocated: D prefills; disaggregated: D's first
-// message says the KV is complete and verified). Reads are forwarded to the
-// run's queue in order; the reactor stays alive until OnDone (it holds itself
-// until then) and while the attempt holds it.
-class RequestRun::DecodeCall
-    : public grpc::ClientReadReactor<pb::DecodeResponse> {
- public:
-  DecodeCall(std::shared_ptr<RequestRun> run, int attempt_no)
-      : run_(std::move(run)), attempt_no_(attempt_no) {}
-
-  void Start(const std::shared_ptr<DecodeCall>& self, pb::Decode::Stub* stub) {
-    self_ = self;
-    stub->async()->Decode(&ctx, &req, this);
-    StartRead(&msg_);
-    StartCall();
-  }
-  void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
-    run_->queue_.Post([run = run_, n = attempt_no_, msg = msg_] {
-      run->OnDecodeMessage(n, msg);
-    });
-    StartRead(&msg_);
-  }
-  void OnDone(const grpc::Status& status) override {
-    run_->queue_.Post([run = run_, n = attempt_no_, status] {
-      run->OnDecodeDone(n, status);
-    });
-    run_.reset();
-    self_.reset();  // may delete this
-  }
-
-  grpc::ClientContext ctx;
-  pb::DecodeRequest req;
-
- private:
-  std::shared_ptr<RequestRun> run_;
-  const int attempt_no_;
-  pb::DecodeResponse msg_;
-  std::shared_ptr<DecodeCall> self_;
-};
-
-// One try of the request on a (P, D) pair.
-struct RequestRun::Attempt {
-  std::string worker_request_id;            // worker key + attempt number
-  std::shared_ptr<WorkerEndpoint> prefill;  // null: prefill on D
-  std::shared_ptr<WorkerEndpoint> decode;
-  std::optional<LoadToken> prefill_load, decode_load;
-  WorkerEndpoint* failed = nullptr;  // which worker the error came from
-  v1::StageTimings timings;
-  std::shared_ptr<PrefillCall> prefill_call;
-  std::shared_ptr<DecodeCall> decode_call;
-  // Disaggregated: the first token, released once D has the KV.
-  std::optional<v1::GeneratedToken> first_token;
-  bool awaiting_admission = false;
-  absl::Time prefill_rpc_start;
-  double prefill_queue_seconds = 0, prefill_compute_seconds = 0;
-  absl::Status protocol_error;  // D broke the protocol (set before cancel)
-};
 
 std::shared_ptr<RequestRun> RequestRun::Create(
     const PipelineEnv& env, std::string request_id, std::string worker_key,
