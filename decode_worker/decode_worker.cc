@@ -340,6 +340,9 @@ grpc::Status DecodeWorker::Status(grpc::ServerContext*,
   r->set_requests_rejected(stats.rejected);
   r->set_free_kv_blocks(free_blocks);
   r->set_total_kv_blocks(total_blocks);
+  if (!options_.testonly_hide_kv_pool_size) {
+    r->set_kv_block_size(engine_->kv_layout().block_size);
+  }
   ExportGauges(free_blocks, total_blocks);
   r->set_running(scheduler_->num_running());
   r->set_waiting(scheduler_->num_waiting());

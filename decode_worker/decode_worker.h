@@ -37,6 +37,7 @@ struct DecodeWorkerOptions {
   // Test-only: one token per message, this long apart (slow streams for
   // failure tests). Zero = off.
   absl::Duration testonly_stream_delay;
+  bool testonly_hide_kv_pool_size = false;  // Status reports no block size
   // Required; must outlive the worker.
   metrics::DecodeMetrics* metrics = nullptr;
 };

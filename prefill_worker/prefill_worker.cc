@@ -545,6 +545,7 @@ grpc::Status PrefillWorker::Status(grpc::ServerContext*,
   r->set_running(in_flight_.load());
   r->set_free_kv_blocks(free_blocks_.load());
   r->set_total_kv_blocks(total_blocks_.load());
+  r->set_kv_block_size(engine_->kv_layout().block_size);
   r->set_prefill_tokens_computed(prefill_tokens_.load());
   // For the router's --mode=auto policy.
   const CostFit::Estimate cost = prefill_cost_.Get();

@@ -142,7 +142,11 @@ void RequestRun::StartAttempt() {
   }
   // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED (the
   // client may retry), not UNAVAILABLE.
-  auto d = env_.decode->Pick(exclude_d_.workers);
+  PickHint fits;  // D holds the whole request: its prompt and max_tokens
+  fits.request_tokens =
+      static_cast<int64_t>(stream_.request().prompt_ids.size()) +
+      stream_.request().stop.max_tokens;
+  auto d = env_.decode->Pick(exclude_d_.workers, fits);
   if (!d.ok()) {
     absl::Status why = d.status();
     if (WaitForWorker(*env_.decode, exclude_d_, why)) return;
@@ -226,17 +230,22 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   Attempt& a = *attempt_;
   const RouterOptions& o = *env_.options;
   v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
+  prefill_hint_.request_tokens = prompt_tokens;  // P holds the prompt
   // No prefill worker routable at all: each is down, or refused this
   // request as full (its queue at --max_prefill_queue; a busy worker that
   // accepts is no reason). The decode worker prefills instead, when
   // allowed.
+  // A prompt larger than every prefill worker's whole pool (known from
+  // their status, or from a refusal) goes the same way.
   auto fall_back = [&](const absl::Status& no_prefill) {
-    if (o.colocated_fallback && absl::IsUnavailable(no_prefill)) {
+    if (o.colocated_fallback &&
+        (absl::IsUnavailable(no_prefill) || absl::IsOutOfRange(no_prefill))) {
       const size_t refused_for_load = exclude_p_.workers.size() -
                                       exclude_p_.unavailable.size() -
                                       exclude_p_.too_small.size();
       decision.set_reason(refused_for_load > 0 ? "prefill_workers_full"
-                          : !exclude_p_.too_small.empty()
+                          : !exclude_p_.too_small.empty() ||
+                                  absl::IsOutOfRange(no_prefill)
                               ? "prompt_exceeds_prefill_pool"
                               : "no_prefill_worker");
       return absl::OkStatus();

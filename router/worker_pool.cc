@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "common/kv/kv_cache.h"
 #include "common/util/logging.h"
 #include "common/util/net.h"
 
@@ -244,14 +245,35 @@ absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(
   std::shared_ptr<WorkerEndpoint> best;
   double best_score = std::numeric_limits<double>::infinity();
   std::string errors;
+  bool any_unhealthy = false;
+  // The largest pool of the healthy endpoints too small for the request.
+  absl::Status too_small;
+  int64_t too_small_tokens = -1;
   for (const auto& ep : Endpoints()) {
     if (exclude.count(ep->address) > 0) continue;
     absl::MutexLock lock(&ep->mu);
     if (!ep->healthy) {
+      any_unhealthy = true;
       absl::StrAppend(
           &errors, errors.empty() ? "" : "; ", ep->address, ": ",
           ep->last_error.empty() ? "not checked yet" : ep->last_error);
       continue;
+    }
+    const int block_size = ep->status.kv_block_size();
+    if (hint.request_tokens > 0 && block_size > 0) {
+      const int64_t total = ep->status.total_kv_blocks();
+      absl::Status fits =
+          CheckRequestFitsPool(hint.request_tokens, block_size, total,
+                               options_.kind == PoolKind::kDecode
+                                   ? "the largest healthy decode worker's"
+                                   : "the largest healthy prefill worker's");
+      if (!fits.ok()) {
+        if (total * block_size > too_small_tokens) {
+          too_small_tokens = total * block_size;
+          too_small = std::move(fits);
+        }
+        continue;
+      }
     }
     const int local = ep->in_flight.load();
     double score;
@@ -284,6 +306,7 @@ absl::StatusOr<std::shared_ptr<WorkerEndpoint>> WorkerPool::Pick(
     }
     best = affine;
   }
+  if (best == nullptr && !too_small.ok() && !any_unhealthy) return too_small;
   if (best == nullptr) {
     return absl::UnavailableError(absl::StrCat(
         "no healthy ",

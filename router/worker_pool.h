@@ -58,9 +58,12 @@ enum class PoolKind { kPrefill, kDecode };
 // (rendezvous hashing over the healthy endpoints, so a key moves only when
 // its endpoint leaves), unless that endpoint's load exceeds the least loaded
 // one's by more than max_extra_load (then the least loaded wins).
+// request_tokens > 0: only endpoints whose whole KV pool holds that many
+// tokens (or that have not reported its size) qualify.
 struct PickHint {
   std::optional<uint64_t> affinity;
   double max_extra_load = 2.0;
+  int64_t request_tokens = 0;
 };
 
 // The affinity key of a prompt for prefix-aware routing: a hash of its first
@@ -92,7 +95,9 @@ class WorkerPool {
 
   // A healthy endpoint not in `exclude`, least loaded first (decode: most
   // free KV blocks relative to running load; prefill: shortest queue), or
-  // the hint's affine endpoint if not too loaded. UNAVAILABLE when none.
+  // the hint's affine endpoint if not too loaded. UNAVAILABLE when none;
+  // OUT_OF_RANGE when the only ones left (all healthy) are too small for
+  // hint.request_tokens (CheckRequestFitsPool's message, for the largest).
   absl::StatusOr<std::shared_ptr<WorkerEndpoint>> Pick(
       const std::set<std::string>& exclude, const PickHint& hint = {}) const;
   // Marks an endpoint unhealthy until its next successful health check.

@@ -170,15 +170,8 @@ int64_t Engine::weight_bytes_per_pass() const {
 absl::StatusOr<SeqId> Engine::CreateSequence() { return kv_->CreateSequence(); }
 
 absl::Status Engine::CheckFitsPool(int64_t tokens) const {
-  const int64_t needed = BlocksFor(tokens);
-  const int64_t total = total_blocks();
-  if (needed <= total) return absl::OkStatus();
-  const int64_t block = kv_->layout().block_size;
-  return absl::OutOfRangeError(absl::StrCat(
-      "request needs ", needed, " KV blocks (", tokens,
-      " tokens), this worker's whole KV pool has ", total, " (", total * block,
-      " tokens): lower max_tokens or the prompt, or give the worker more "
-      "--kv_cache_memory"));
+  return CheckRequestFitsPool(tokens, kv_->layout().block_size, total_blocks(),
+                              "this worker's");
 }
 
 absl::Status Engine::Reserve(SeqId seq, int total_tokens) {

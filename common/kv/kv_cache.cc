@@ -77,6 +77,18 @@ KvCache::KvCache(const KvLayout& layout, int64_t num_blocks, char* base,
 
 KvCache::~KvCache() { munmap(base_, mapped_bytes_); }
 
+absl::Status CheckRequestFitsPool(int64_t tokens, int block_size,
+                                  int64_t total_blocks,
+                                  absl::string_view pool) {
+  const int64_t needed = (tokens + block_size - 1) / block_size;
+  if (needed <= total_blocks) return absl::OkStatus();
+  return absl::OutOfRangeError(absl::StrCat(
+      "request needs ", needed, " KV blocks (", tokens, " tokens), ", pool,
+      " whole KV pool has ", total_blocks, " (", total_blocks * block_size,
+      " tokens): lower max_tokens or the prompt, or give the worker more "
+      "--kv_cache_memory"));
+}
+
 int64_t KvCache::BlocksFor(int64_t tokens) const {
   return (tokens + layout_.block_size - 1) / layout_.block_size;
 }

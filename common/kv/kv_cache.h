@@ -54,6 +54,13 @@ struct KvLayout {
   int64_t BytesPerBlock() const;  // all layers, K and V
 };
 
+// OK when one request of `tokens` tokens fits a whole pool of `total_blocks`
+// blocks of `block_size` positions; else OUT_OF_RANGE saying what to change,
+// `pool` naming the pool ("this worker's", "the largest decode worker's").
+// The one rule workers (Engine::CheckFitsPool) and the router apply.
+absl::Status CheckRequestFitsPool(int64_t tokens, int block_size,
+                                  int64_t total_blocks, absl::string_view pool);
+
 class KvCache {
  public:
   // Carves floor(budget_bytes / BytesPerBlock) blocks; the memory is mapped

@@ -246,11 +246,13 @@ TEST(Admission, TheBoundHoldsWhileTheOnlyDecodeWorkerRestarts) {
 }
 
 // Workers whose KV pools differ in size: a request larger than one worker's
-// whole pool is refused by it with OUT_OF_RANGE (not RESOURCE_EXHAUSTED,
-// which a client retries in vain) and goes to one that holds it, exactly;
-// a prompt larger than the prefill worker's pool is prefilled by the decode
-// worker; one that no worker holds fails OUT_OF_RANGE saying what to change.
-// (Before, each ended RESOURCE_EXHAUSTED at the first worker: HTTP 429.)
+// whole pool goes to one that holds it, exactly; a prompt larger than the
+// prefill worker's pool is prefilled by the decode worker; one that no
+// worker holds fails OUT_OF_RANGE saying what to change (not
+// RESOURCE_EXHAUSTED, which a client retries in vain: HTTP 429). The router
+// knows each pool's size from the workers' status, so none of this costs a
+// worker call that fails (a worker would refuse with OUT_OF_RANGE too), nor
+// a prefill whose KV no decode worker could take.
 TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
   ClusterOptions o;
   o.decode = 2;
@@ -270,10 +272,11 @@ TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
     ASSERT_EQ(p->total_kv_blocks(), 3);
     ASSERT_EQ(d0->total_kv_blocks(), 6);
     ASSERT_EQ(d1->total_kv_blocks(), 24);
+    ASSERT_EQ(d1->kv_block_size(), 16);
   }
   // 10 prompt + 119 new tokens: 9 blocks, only decode worker 1 holds them
-  // (two at once). Two requests at once go to both decode workers (the
-  // router spreads by load), so one of each pair meets decode worker 0.
+  // (two at once). Two requests at once would go to both decode workers
+  // (the router spreads by load) if it did not know decode worker 0's size.
   const ReferenceCase ref = LoadReferenceCases()[2];
   ASSERT_EQ(ref.prompt_ids.size() + ref.max_new_tokens, 129u);
   for (int round = 0; round < 2; ++round) {
@@ -294,11 +297,10 @@ TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
       EXPECT_EQ(r->timings.prefill_location(), "prefill_worker");
     }
   }
-  metrics::PrometheusSamples m = ScrapeRole(c.router_process());
-  EXPECT_GE(m.Get("pdserve_request_retries_total").value_or(-1), 1);
   auto d0 = c.Status(c.decode(0));
   ASSERT_TRUE(d0.ok()) << d0.status();
-  EXPECT_EQ(d0->kv_pushes_received(), 0);  // refused before any chunk
+  EXPECT_EQ(d0->kv_pushes_received(), 0);
+  EXPECT_EQ(d0->kv_pushes_failed(), 0);
 
   // A 60-token prompt (4 blocks) is more than the prefill worker holds: the
   // decode worker that holds the whole request prefills it, and continues
@@ -318,15 +320,27 @@ TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
   EXPECT_EQ(fallback->timings.prefill_decision().reason(),
             "prompt_exceeds_prefill_pool");
 
-  // 10 + 400 tokens: 26 blocks, more than any worker holds.
+  // 10 + 400 tokens: 26 blocks, more than any worker holds. The prefill
+  // worker, which holds the prompt, computes nothing for it.
+  auto p_before = c.Status(c.prefill(0));
+  ASSERT_TRUE(p_before.ok()) << p_before.status();
   auto none = RunGenerate(c.router(), IdsRequest(ref.prompt_ids, 400),
                           absl::Seconds(60));
   ASSERT_FALSE(none.ok());
   EXPECT_TRUE(absl::IsOutOfRange(none.status())) << none.status();
   const std::string message(none.status().message());
-  EXPECT_NE(message.find("needs 26 KV blocks (410 tokens)"), std::string::npos)
+  EXPECT_NE(message.find("needs 26 KV blocks (410 tokens), the largest healthy "
+                         "decode worker's whole KV pool has 24 (384 tokens)"),
+            std::string::npos)
       << message;
   EXPECT_NE(message.find("--kv_cache_memory"), std::string::npos) << message;
+  auto p_after = c.Status(c.prefill(0));
+  ASSERT_TRUE(p_after.ok()) << p_after.status();
+  EXPECT_EQ(p_after->prefill_tokens_computed(),
+            p_before->prefill_tokens_computed());
+  // No worker call failed for size along the way: none was retried.
+  metrics::PrometheusSamples m = ScrapeRole(c.router_process());
+  EXPECT_EQ(m.Get("pdserve_request_retries_total").value_or(-1), 0);
   ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
   // Every worker warned at start that its pool is below the context (512).
   for (RoleProcess* w : {&c.prefill(0), &c.decode(0), &c.decode(1)}) {

@@ -29,6 +29,10 @@ ABSL_FLAG(double, kv_watermark, 0.01,
 ABSL_FLAG(
     int32_t, testonly_stream_delay_ms, 0,
     "TEST ONLY: stream one token per message, this many ms apart (0 = off)");
+ABSL_FLAG(bool, testonly_hide_kv_pool_size, false,
+          "TEST ONLY: report no kv_block_size in Worker.Status, as a worker "
+          "from before it did (the router then learns the pool's size from "
+          "refusals)");
 
 namespace pdserve {
 namespace {
@@ -55,6 +59,8 @@ int RunDecode(const std::vector<std::string>&) {
   options.kv_lease = absl::Seconds(absl::GetFlag(FLAGS_kv_lease_seconds));
   options.testonly_stream_delay =
       absl::Milliseconds(absl::GetFlag(FLAGS_testonly_stream_delay_ms));
+  options.testonly_hide_kv_pool_size =
+      absl::GetFlag(FLAGS_testonly_hide_kv_pool_size);
   options.metrics = &decode_metrics;
   auto kv_mode = KvTransportModeFromFlags();
   if (!kv_mode.ok()) return FailWith("decode", kv_mode.status());
