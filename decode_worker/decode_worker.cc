@@ -58,6 +58,7 @@ GenerationRequest RequestFromSpec(const pb::SequenceSpec& spec) {
   req.sampling = transport::SamplingFromProto(spec.sampling());
   req.stop = transport::StopFromProto(spec.stop(), {});
   req.generated_tokens = spec.generated_tokens();
+  if (spec.has_prompt_logprobs()) req.prompt_logprobs = spec.prompt_logprobs();
   return req;
 }
 
@@ -260,6 +261,8 @@ grpc::Status DecodeWorker::Decode(
     for (const TimedEvent& te : events) {
       const TokenEvent& e = te.event;
       last_event = te.time;
+      transport::ToWirePromptLogprobs(e.prompt_logprobs,
+                                      msg.mutable_prompt_logprobs());
       if (e.has_token) {
         if (!first_step.has_value()) {
           first_step = last_event;
@@ -286,7 +289,9 @@ grpc::Status DecodeWorker::Decode(
       msg.clear_tokens();
     }
     if (final_event == nullptr) {
-      if (!cancel_sent && msg.tokens_size() > 0 && !writer->Write(msg)) {
+      if (!cancel_sent &&
+          (msg.tokens_size() > 0 || msg.prompt_logprobs_size() > 0) &&
+          !writer->Write(msg)) {
         write_ok = false;
       }
       continue;

@@ -122,6 +122,11 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
     return ToGrpcStatus(absl::InvalidArgumentError(
         "generated_tokens must be in [0, prompt length)"));
   }
+  if (spec.has_prompt_logprobs() &&
+      (spec.prompt_logprobs() < 0 || spec.prompt_logprobs() > 100)) {
+    return ToGrpcStatus(
+        absl::InvalidArgumentError("prompt_logprobs must be in [0, 100]"));
+  }
   if (spec.prompt_ids_size() + spec.stop().max_tokens() >
       engine_->config().max_position_embeddings) {
     return ToGrpcStatus(
@@ -187,6 +192,10 @@ struct PrefillWorker::Item {
   double queue_seconds = 0;
   absl::Time start;
   bool finished = false;  // answered by FinishItem
+  // The request scores its prompt (spec.prompt_logprobs): every chunk's
+  // logits score the next tokens; no cached prefix is attached.
+  bool scoring_prompt = false;
+  std::vector<SampledToken> prompt_scores;
   int remaining() const {
     return static_cast<int>(prompt.size()) - done_tokens;
   }
@@ -278,7 +287,9 @@ std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
   if (seq.ok()) {
     // Cached full blocks of an earlier prompt with the same prefix: only
     // the rest is computed (bit-identical KV and logits).
-    absl::StatusOr<int> attached = engine_->AttachCachedPrefix(*seq, it.prompt);
+    it.scoring_prompt = spec.has_prompt_logprobs();
+    absl::StatusOr<int> attached =
+        it.scoring_prompt ? 0 : engine_->AttachCachedPrefix(*seq, it.prompt);
     s = attached.status();
     if (attached.ok()) {
       reused = *attached;
@@ -341,10 +352,13 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
   // Each prompt contributes its next chunk (oldest first) within the budget.
   std::vector<Engine::ForwardItem> fwd;
   std::vector<std::pair<size_t, std::pair<int, int>>> ranges;  // item, [b, e)
+  std::vector<std::vector<float>> token_logits;  // of the scoring items
+  const int vocab = engine_->config().vocab_size;
   int budget = max_batch_tokens_;
   for (size_t i = 0; i < active.size() && budget > 0; ++i) {
     Item& it = active[i];
-    const int n = std::min(PassTokens(it.remaining()), budget);
+    int n = std::min(PassTokens(it.remaining()), budget);
+    if (it.scoring_prompt) n = std::min(n, kPromptLogprobsChunkTokens);
     if (n <= 0) continue;
     budget -= n;
     const int b = it.done_tokens;
@@ -352,6 +366,10 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
     f.seq = it.seq;
     f.tokens = absl::MakeConstSpan(it.prompt).subspan(b, n);
     f.want_logits = (b + n == static_cast<int>(it.prompt.size()));
+    if (it.scoring_prompt) {
+      token_logits.emplace_back(static_cast<size_t>(n) * vocab);
+      f.token_logits = token_logits.back().data();
+    }
     fwd.push_back(f);
     ranges.push_back({i, {b, b + n}});
   }
@@ -384,12 +402,19 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
                         absl::ToDoubleSeconds(absl::Now() - pass_start));
     }
   }
-  const int vocab = engine_->config().vocab_size;
   for (size_t k = 0; k < ranges.size(); ++k) {
     Item& it = active[ranges[k].first];
     if (!status.ok()) {
       FinishItem(it, status, {});
       continue;
+    }
+    if (fwd[k].token_logits != nullptr) {
+      ScorePromptChunk(absl::MakeConstSpan(
+                           fwd[k].token_logits,
+                           fwd[k].tokens.size() * static_cast<size_t>(vocab)),
+                       vocab, it.prompt, it.done_tokens,
+                       it.job->request.seq().prompt_logprobs(),
+                       &it.prompt_scores);
     }
     it.done_tokens = ranges[k].second.second;
     prefill_tokens_.fetch_add(ranges[k].second.second - ranges[k].second.first);
@@ -427,6 +452,8 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
                     StopIdsBanned(stop, /*output_len=*/0));
     transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
                            resp.mutable_first_token());
+    transport::ToWirePromptLogprobs(it.prompt_scores,
+                                    resp.mutable_prompt_logprobs());
     const std::string reason = StopReason(stop, tok.id, 1);
     resp.set_finished(!reason.empty());
     resp.set_finish_reason(reason);

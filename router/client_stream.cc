@@ -20,6 +20,16 @@ ClientStream::ClientStream(ResponseSink* sink, std::string request_id,
   }
 }
 
+void ClientStream::TakePromptLogprobs(v1::GenerateResponse* msg) {
+  if (!pending_prompt_logprobs_.has_value()) return;
+  msg->mutable_prompt_logprobs()->Swap(&*pending_prompt_logprobs_);
+  pending_prompt_logprobs_.reset();
+  // The ids they score (also on the final message).
+  if (msg->prompt_ids_size() == 0) {
+    for (int32_t id : req_.prompt_ids) msg->add_prompt_ids(id);
+  }
+}
+
 bool ClientStream::Send(
     const google::protobuf::RepeatedPtrField<v1::GeneratedToken>& tokens) {
   if (stopped() || tokens.empty()) return true;
@@ -40,6 +50,7 @@ bool ClientStream::Send(
     if (matcher_.stopped()) break;
   }
   msg.set_text(std::move(text));
+  TakePromptLogprobs(&msg);
   sent_any_ = true;
   if (!sink_->Write(msg)) return false;
   const absl::Time now = absl::Now();
@@ -75,6 +86,7 @@ bool ClientStream::Finish(const std::string& finish_reason,
   *msg.mutable_timings() = timings;
   final_timings_ = std::move(timings);
   for (int32_t id : req_.prompt_ids) msg.add_prompt_ids(id);
+  TakePromptLogprobs(&msg);
   sent_any_ = true;
   return sink_->Write(msg);
 }

@@ -39,6 +39,12 @@ class ClientStream {
   // the usage counts of the whole stream.
   bool Finish(const std::string& finish_reason, v1::StageTimings timings);
 
+  // Prompt logprobs for the next message written (Send's or Finish's).
+  void SetPromptLogprobs(
+      const google::protobuf::RepeatedPtrField<v1::GeneratedToken>& scores) {
+    pending_prompt_logprobs_ = scores;
+  }
+
   bool stopped() const { return matcher_.stopped(); }
   bool sent_any() const { return sent_any_; }
   int completion_tokens() const { return completion_tokens_; }
@@ -55,6 +61,8 @@ class ClientStream {
   const ResolvedRequest& request() const { return req_; }
 
  private:
+  void TakePromptLogprobs(v1::GenerateResponse* msg);
+
   ResponseSink* const sink_;
   const std::string request_id_;
   const ResolvedRequest req_;
@@ -69,6 +77,8 @@ class ClientStream {
   std::optional<absl::Time> last_send_;
   std::optional<double> ttft_seconds_;
   std::optional<v1::StageTimings> final_timings_;
+  std::optional<google::protobuf::RepeatedPtrField<v1::GeneratedToken>>
+      pending_prompt_logprobs_;
 };
 
 }  // namespace pdserve

@@ -376,6 +376,14 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   out.skip_special_tokens =
       request.has_skip_special_tokens() ? request.skip_special_tokens() : true;
   out.include_stop_str_in_output = request.include_stop_str_in_output();
+  if (request.has_prompt_logprobs()) {
+    if (request.prompt_logprobs() < 0 || request.prompt_logprobs() > 100) {
+      return Invalid("prompt_logprobs",
+                     absl::StrCat("prompt_logprobs must be in [0, 100], got ",
+                                  request.prompt_logprobs()));
+    }
+    out.prompt_logprobs = request.prompt_logprobs();
+  }
   return out;
 }
 

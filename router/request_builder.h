@@ -79,6 +79,7 @@ struct ResolvedRequest {
   std::vector<std::string> stop_strings;
   bool include_stop_str_in_output = false;  // keep the stop string's text
   bool skip_special_tokens = true;
+  int prompt_logprobs = -1;  // >= 0: score the prompt (-1: off)
 };
 
 // `tokenizer` may be null (token-id input only).

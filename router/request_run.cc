@@ -59,6 +59,11 @@ pb::SequenceSpec MakeSpec(const std::string& id, const ResolvedRequest& req,
   spec.mutable_stop()->set_min_tokens(
       std::max(0, req.stop.min_tokens - static_cast<int>(generated.size())));
   spec.set_generated_tokens(static_cast<int32_t>(generated.size()));
+  // Scored by the attempt whose first token reaches the client (a later
+  // one, after a migration, continues a stream that carried them).
+  if (req.prompt_logprobs >= 0 && generated.empty()) {
+    spec.set_prompt_logprobs(req.prompt_logprobs);
+  }
   return spec;
 }
 
@@ -339,6 +344,7 @@ void RequestRun::OnPrefillDone(std::shared_ptr<PrefillCall> call,
   if (presp.finished()) {
     // "stop": the first token is an eos or stop id, which is not part of
     // the output (as when D samples it); "length": it is the whole output.
+    stream_.SetPromptLogprobs(presp.prompt_logprobs());
     if (presp.finish_reason() != "stop") {
       google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
       *first.Add() = presp.first_token();
@@ -348,6 +354,7 @@ void RequestRun::OnPrefillDone(std::shared_ptr<PrefillCall> call,
     return End(absl::OkStatus());
   }
   a.first_token = presp.first_token();
+  a.prompt_logprobs = presp.prompt_logprobs();
   StartDecode(/*colocated=*/false);
 }
 
@@ -387,9 +394,13 @@ void RequestRun::OnDecodeMessage(int attempt_no,
     // The KV is complete and verified on D: release the first token.
     google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
     *first.Add() = *a.first_token;
+    stream_.SetPromptLogprobs(a.prompt_logprobs);
     if (!stream_.Send(first)) return ClientGone();
     if (stream_.stopped()) return StopOnStopString();
     return;  // the admission message carries no tokens
+  }
+  if (msg.prompt_logprobs_size() > 0) {
+    stream_.SetPromptLogprobs(msg.prompt_logprobs());
   }
   if (!stream_.Send(msg.tokens())) return ClientGone();
   if (stream_.stopped()) return StopOnStopString();

@@ -120,6 +120,9 @@ struct RequestRun::Attempt {
   std::shared_ptr<DecodeCall> decode_call;
   // Disaggregated: the first token, released once D has the KV.
   std::optional<::pdserve::v1::GeneratedToken> first_token;
+  // and P's prompt logprobs (when asked), released with it.
+  google::protobuf::RepeatedPtrField<::pdserve::v1::GeneratedToken>
+      prompt_logprobs;
   bool awaiting_admission = false;
   absl::Time prefill_rpc_start;
   double prefill_queue_seconds = 0, prefill_compute_seconds = 0;

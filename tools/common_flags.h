@@ -39,6 +39,7 @@ ABSL_DECLARE_FLAG(double, frequency_penalty);
 ABSL_DECLARE_FLAG(int64_t, seed);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
 ABSL_DECLARE_FLAG(int32_t, top_logprobs);
+ABSL_DECLARE_FLAG(int32_t, prompt_logprobs);
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop);            // stop strings
 ABSL_DECLARE_FLAG(std::vector<std::string>, stop_token_ids);  // extra stop ids
 ABSL_DECLARE_FLAG(std::vector<std::string>, prompt_ids);      // 1,2,3

@@ -28,6 +28,10 @@ struct RunnerItem {
   absl::Span<const int32_t> tokens;
   int start_pos = 0;
   bool want_logits = true;
+  // When set: the logits of every token of the chunk, [tokens.size() x
+  // vocab] (prompt logprobs); row t's bits equal what the logits of a chunk
+  // ending at token t would be. Runners that cannot: UNIMPLEMENTED.
+  float* token_logits = nullptr;
 };
 
 struct RunnerOptions {

@@ -260,7 +260,8 @@ absl::Status Engine::Forward(
                        config_.max_position_embeddings));
     }
     total += static_cast<int64_t>(item.tokens.size());
-    runner_items.push_back({item.seq, item.tokens, len, item.want_logits});
+    runner_items.push_back(
+        {item.seq, item.tokens, len, item.want_logits, item.token_logits});
   }
   if (total > options_.max_batch_tokens) {
     return absl::InvalidArgumentError(

@@ -59,6 +59,10 @@ struct EngineStats {
 
 // Runs one model over a paged KV pool. NOT thread-safe: one thread drives it
 // (the scheduler's loop); Forward uses the backend's internal thread pool.
+// Prompt tokens per forward pass at most for a request scoring its prompt
+// (ForwardItem.token_logits: this many x vocab floats).
+inline constexpr int kPromptLogprobsChunkTokens = 256;
+
 class Engine {
  public:
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
@@ -120,6 +124,10 @@ class Engine {
     SeqId seq = 0;
     absl::Span<const int32_t> tokens;
     bool want_logits = true;
+    // When set: also the logits of every new token, [tokens.size() x
+    // vocab], row t bit-identical to the logits of a pass whose chunk ends
+    // at token t (prompt logprobs). Callers bound the chunk for memory.
+    float* token_logits = nullptr;
   };
   // One forward pass over a batch. `logits` is resized to
   // [items.size() x vocab]: row i holds the logits of item i's LAST new token

@@ -26,6 +26,11 @@ struct GenerationScheduler::Request {
   int32_t next_input = -1;  // sampled token to feed at the next decode step
   bool finished = false;
   int step_tokens = 0;  // tokens planned for the current step
+  // Prompt logprobs: scored as the prompt's chunks pass (again after a
+  // preemption before the first token: the same bits), sent with the first
+  // event.
+  bool scoring_prompt = false;
+  std::vector<SampledToken> prompt_scores;
 
   int prompt_len() const { return static_cast<int>(req.prompt_ids.size()); }
   // The prompt proper, without the earlier outputs at its tail.
@@ -153,6 +158,11 @@ absl::Status GenerationScheduler::ValidateRequest(
   }
   absl::Status valid = ValidateSamplingParams(request->sampling);
   if (!valid.ok()) return valid;
+  if (request->prompt_logprobs < -1 || request->prompt_logprobs > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prompt_logprobs must be in [0, 100] (or -1: off), got ",
+                     request->prompt_logprobs));
+  }
   if (request->stop.eos_ids.empty()) {
     request->stop.eos_ids = engine_->generation_config().eos_token_ids;
   }
@@ -190,6 +200,7 @@ std::unique_ptr<GenerationScheduler::Request> GenerationScheduler::NewRequest(
   r->req = std::move(request);
   r->callback = std::move(callback);
   r->context = r->req.prompt_ids;
+  r->scoring_prompt = r->req.prompt_logprobs >= 0;
   r->sampled_output.assign(r->req.prompt_ids.end() - r->req.generated_tokens,
                            r->req.prompt_ids.end());
   return r;
@@ -214,6 +225,7 @@ GenerationScheduler::SubmitWithKv(GenerationRequest request, SeqId seq,
   auto r = NewRequest(std::move(request), std::move(callback));
   r->seq = seq;
   r->imported = true;
+  r->scoring_prompt = false;  // the prefill worker scored the prompt
   r->prefilled = r->prompt_len();
   r->AddOutput(first_token);
   r->next_input = first_token;
@@ -343,6 +355,8 @@ bool GenerationScheduler::Step() {
   // 4. One Forward: a token for every decoding sequence, prompt chunks.
   std::vector<Engine::ForwardItem> items;
   std::vector<Request*> owners;
+  const int vocab = engine_->config().vocab_size;
+  std::vector<std::vector<float>> token_logits;  // per scoring item
   for (auto& r : running_) {
     if (r->step_tokens == 0 || r->finished) continue;
     if (r->prefilling()) {
@@ -352,6 +366,10 @@ bool GenerationScheduler::Step() {
                        absl::MakeConstSpan(r->context.data() + r->prefilled,
                                            r->step_tokens),
                        last});
+      if (r->scoring_prompt) {
+        token_logits.emplace_back(static_cast<size_t>(r->step_tokens) * vocab);
+        items.back().token_logits = token_logits.back().data();
+      }
     } else {
       items.push_back({r->seq, absl::MakeConstSpan(&r->next_input, 1), true});
     }
@@ -360,7 +378,6 @@ bool GenerationScheduler::Step() {
   if (!items.empty()) {
     progressed = true;
     absl::Status status = engine_->Forward(items, &logits_);
-    const int vocab = engine_->config().vocab_size;
     int64_t prefill_tokens = 0, decode_tokens = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       Request& r = *owners[i];
@@ -369,6 +386,13 @@ bool GenerationScheduler::Step() {
         continue;
       }
       if (r.prefilling()) {
+        if (items[i].token_logits != nullptr) {
+          ScorePromptChunk(
+              absl::MakeConstSpan(items[i].token_logits,
+                                  static_cast<size_t>(r.step_tokens) * vocab),
+              vocab, r.req.prompt_ids, r.prefilled, r.req.prompt_logprobs,
+              &r.prompt_scores);
+        }
         r.prefilled += r.step_tokens;
         prefill_tokens += r.step_tokens;
         if (!items[i].want_logits) continue;
@@ -388,6 +412,10 @@ bool GenerationScheduler::Step() {
       event.token_id = t.id;
       event.logprob = t.logprob;
       event.top_logprobs = std::move(t.top_logprobs);
+      if (r.scoring_prompt) {
+        event.prompt_logprobs = std::move(r.prompt_scores);
+        r.scoring_prompt = false;
+      }
       if (reason == "stop") {
         event.has_token = false;
         event.stop_token_id = t.id;
@@ -457,7 +485,7 @@ bool GenerationScheduler::Admit() {
       } else {
         if (r.seq < 0) r.seq = *engine_->CreateSequence();
         int reused = 0;
-        if (options_.use_prefix_cache) {
+        if (options_.use_prefix_cache && !r.scoring_prompt) {
           absl::StatusOr<int> attached =
               engine_->AttachCachedPrefix(r.seq, r.context);
           if (attached.ok()) {
@@ -532,6 +560,7 @@ bool GenerationScheduler::PlanAndReserve() {
     if (options_.prefill_chunk_tokens > 0) {
       n = std::min(n, options_.prefill_chunk_tokens);
     }
+    if (r->scoring_prompt) n = std::min(n, kPromptLogprobsChunkTokens);
     r->step_tokens = n;
     budget -= n;
   }

@@ -43,6 +43,11 @@ struct GenerationRequest {
   // penalties), so the continuation equals the uninterrupted stream's.
   // Positions stay absolute (prompt_ids.size() + tokens generated here).
   int generated_tokens = 0;
+  // >= 0: score the prompt's tokens (vLLM's prompt_logprobs): the first
+  // event carries, for each prompt token after the first, its raw logprob
+  // given the ones before it and this many most likely alternatives. Such
+  // a request computes its whole prompt (no cached prefix is attached).
+  int prompt_logprobs = -1;
 };
 
 // One event per generated token; the last event has finished = true.
@@ -55,6 +60,9 @@ struct TokenEvent {
   std::string finish_reason;   // "stop" | "length" | "error" | "cancelled"
   int32_t stop_token_id = -1;  // the eos/stop id that ended it (not output)
   absl::Status status;         // non-OK with finish_reason "error"
+  // First event of a request with prompt_logprobs >= 0: entry t scores
+  // prompt token t + 1 (ScoreToken).
+  std::vector<SampledToken> prompt_logprobs;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 

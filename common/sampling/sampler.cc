@@ -101,6 +101,60 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// log Z of the raw logits (log_softmax = logit - log Z), in double.
+double LogPartition(absl::Span<const float> logits) {
+  double max_logit = -INFINITY;
+  for (float l : logits) max_logit = std::max<double>(max_logit, l);
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
+  return max_logit + std::log(sum);
+}
+
+// `id`'s raw logprob and the k most likely tokens' into `result`.
+void SetLogprobs(absl::Span<const float> logits, double log_z, int32_t id,
+                 int k, SampledToken* result) {
+  const int32_t V = static_cast<int32_t>(logits.size());
+  auto logprob = [&](int32_t token) {
+    return static_cast<float>(static_cast<double>(logits[token]) - log_z);
+  };
+  result->logprob = logprob(id);
+  if (k <= 0) return;
+  k = std::min<int>(k, V);
+  std::vector<int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
+                    ByValueDesc{logits.data()});
+  for (int i = 0; i < k; ++i) {
+    result->top_logprobs.emplace_back(ids[i], logprob(ids[i]));
+  }
+}
+
+}  // namespace
+
+SampledToken ScoreToken(absl::Span<const float> logits, int32_t id,
+                        int top_logprobs) {
+  SampledToken result;
+  result.id = id;
+  SetLogprobs(logits, LogPartition(logits), id, top_logprobs, &result);
+  return result;
+}
+
+void ScorePromptChunk(absl::Span<const float> token_logits, int vocab,
+                      absl::Span<const int32_t> prompt, int begin,
+                      int top_logprobs, std::vector<SampledToken>* scores) {
+  const int n = static_cast<int>(token_logits.size() / vocab);
+  scores->resize(prompt.empty() ? 0 : prompt.size() - 1);
+  for (int j = 0; j < n; ++j) {
+    const size_t t = static_cast<size_t>(begin + j);
+    if (t + 1 >= prompt.size()) break;
+    (*scores)[t] =
+        ScoreToken(token_logits.subspan(static_cast<size_t>(j) * vocab, vocab),
+                   prompt[t + 1], top_logprobs);
+  }
+}
+
 SampledToken SampleToken(absl::Span<const float> logits,
                          const SamplingParams& params,
                          absl::Span<const int32_t> prompt_ids,
@@ -108,15 +162,7 @@ SampledToken SampleToken(absl::Span<const float> logits,
                          absl::Span<const int32_t> banned) {
   const int32_t V = static_cast<int32_t>(logits.size());
   SampledToken result;
-  // Raw logprobs (log_softmax of the model's logits), in double.
-  double max_logit = -INFINITY;
-  for (float l : logits) max_logit = std::max<double>(max_logit, l);
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max_logit);
-  const double log_z = max_logit + std::log(sum);
-  auto logprob = [&](int32_t id) {
-    return static_cast<float>(static_cast<double>(logits[id]) - log_z);
-  };
+  const double log_z = LogPartition(logits);
 
   // Penalties.
   std::vector<float> l(logits.begin(), logits.end());
@@ -211,17 +257,7 @@ SampledToken SampleToken(absl::Span<const float> logits,
       }
     }
   }
-  result.logprob = logprob(result.id);
-  if (params.top_logprobs > 0) {
-    const int k = std::min<int>(params.top_logprobs, V);
-    std::vector<int32_t> ids(V);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(),
-                      ByValueDesc{logits.data()});
-    for (int i = 0; i < k; ++i) {
-      result.top_logprobs.emplace_back(ids[i], logprob(ids[i]));
-    }
-  }
+  SetLogprobs(logits, log_z, result.id, params.top_logprobs, &result);
   return result;
 }
 

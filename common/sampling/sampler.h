@@ -60,6 +60,20 @@ SampledToken SampleToken(absl::Span<const float> logits,
                          absl::Span<const int32_t> output_ids, int64_t position,
                          absl::Span<const int32_t> banned = {});
 
+// The raw logprob of `id` under `logits` and the top_logprobs most likely
+// tokens', exactly as SampleToken reports a sampled token's (prompt
+// logprobs: the logits of position t scoring the prompt's token t + 1).
+SampledToken ScoreToken(absl::Span<const float> logits, int32_t id,
+                        int top_logprobs);
+
+// Prompt logprobs of one prefill chunk: `token_logits` holds the logits of
+// prompt positions [begin, begin + n), n = token_logits.size() / vocab;
+// scores[t] (scores sized prompt.size() - 1) becomes ScoreToken of prompt
+// token t + 1 under position t's logits, for each t in the chunk.
+void ScorePromptChunk(absl::Span<const float> token_logits, int vocab,
+                      absl::Span<const int32_t> prompt, int begin,
+                      int top_logprobs, std::vector<SampledToken>* scores);
+
 // The ids SampleToken must not pick for the token after `output_len`
 // tokens of output: eos (unless ignore_eos) and stop_token_ids while
 // output_len < min_tokens, else none.

@@ -71,4 +71,12 @@ void ToWireToken(int32_t id, float logprob,
   }
 }
 
+void ToWirePromptLogprobs(
+    const std::vector<SampledToken>& scores,
+    google::protobuf::RepeatedPtrField<pdserve::v1::GeneratedToken>* out) {
+  for (const SampledToken& t : scores) {
+    ToWireToken(t.id, t.logprob, t.top_logprobs, out->Add());
+  }
+}
+
 }  // namespace pdserve::transport

@@ -26,6 +26,11 @@ void ToWireToken(int32_t id, float logprob,
                  const std::vector<std::pair<int32_t, float>>& top,
                  pdserve::v1::GeneratedToken* out);
 
+// Prompt logprobs (ScorePromptChunk's scores) onto a response.
+void ToWirePromptLogprobs(
+    const std::vector<SampledToken>& scores,
+    google::protobuf::RepeatedPtrField<pdserve::v1::GeneratedToken>* out);
+
 }  // namespace pdserve::transport
 
 #endif  // PDSERVE_COMMON_TRANSPORT_SEQUENCE_SPEC_H_

@@ -286,14 +286,6 @@ void OpenAiApi::Generate(const http::Request& request,
     metrics_->CountHttpRequest(endpoint, 404);
     return SendUnknownModel(*responder, parsed->model);
   }
-  if (!chat && parsed->echo && parsed->logprobs) {
-    metrics_->CountHttpRequest(endpoint, 400);
-    SendError(*responder, 400,
-              "'echo' with 'logprobs' is not supported (prompt logprobs are "
-              "not computed)",
-              "echo");
-    return;
-  }
   auto job = std::make_shared<GenerationJob>(this, *std::move(parsed),
                                              std::move(responder), endpoint);
   job->Start();

@@ -16,12 +16,6 @@ using nlohmann::json;
 
 namespace {
 
-int64_t CodePoints(const std::string& s) {
-  int64_t n = 0;
-  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
-  return n;
-}
-
 uint64_t RandomU64() {
   static thread_local std::mt19937_64 rng(std::random_device{}());
   return rng();
@@ -173,10 +167,15 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (parsed_.logprobs) {
       logprobs_delta =
           chat_ ? json{{"content", json::array()}} : EmptyCompletionLogprobs();
-      int64_t offset =
-          choice.text_chars + (first && echo_[choice.prompt].has_value()
-                                   ? CodePoints(*echo_[choice.prompt])
-                                   : 0);
+      if (first && !chat_ && parsed_.echo) {
+        // The echoed prompt's tokens come first, each scored by the ones
+        // before it (the first by none: null).
+        AppendPromptCompletionLogprobs(tok, msg, parsed_.tokens_as_ids,
+                                       &logprobs_delta);
+        choice.next_offset = AppendPromptCompletionLogprobs(
+            tok, msg, parsed_.tokens_as_ids, &choice.logprobs);
+      }
+      int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
         if (chat_) {
           json entry = ChatLogprob(tok, t, parsed_.tokens_as_ids);
@@ -190,9 +189,9 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
           offset += CodePoints(TokenText(tok, t.id(), /*as_id=*/false));
         }
       }
+      choice.next_offset = offset;
     }
     choice.text += text;
-    choice.text_chars += CodePoints(text);
     if (msg.finished()) {
       choice.finish_reason = OpenAiFinishReason(msg.finish_reason());
       choice.prompt_tokens = msg.usage().prompt_tokens();

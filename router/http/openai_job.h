@@ -40,7 +40,10 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     int prompt = 0;  // index into parsed_.prompts
     int index = 0;   // OpenAI choice index
     std::string text;
-    int64_t text_chars = 0;   // code points in text (completions offsets)
+    // Completions: the next token's text_offset, code points of the token
+    // texts before it (the echoed prompt's included), whatever the
+    // messages' boundaries: streamed and whole responses agree.
+    int64_t next_offset = 0;
     nlohmann::json logprobs;  // chat: {"content": [...]}; completions shape
     std::string finish_reason;
     int prompt_tokens = 0;

@@ -413,6 +413,11 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
     }
   }
   if (parsed.top_logprobs > 0) proto.set_top_logprobs(parsed.top_logprobs);
+  // echo with logprobs scores the prompt's tokens too (lm-eval-harness's
+  // loglikelihood requests), with as many alternatives.
+  if (parsed.echo && parsed.logprobs) {
+    proto.set_prompt_logprobs(parsed.top_logprobs);
+  }
   // prompt: a string, a list of strings, a list of token ids, or a list of
   // such lists.
   if (!f.Has("prompt")) {

@@ -114,6 +114,32 @@ json EmptyCompletionLogprobs() {
               {"text_offset", json::array()}};
 }
 
+int64_t CodePoints(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
+                                    const pdserve::v1::GenerateResponse& msg,
+                                    bool as_ids, json* logprobs) {
+  int64_t offset = 0;
+  for (int t = 0; t < msg.prompt_ids_size(); ++t) {
+    const int32_t id = msg.prompt_ids(t);
+    if (t == 0 || t > msg.prompt_logprobs_size()) {
+      (*logprobs)["tokens"].push_back(TokenText(tokenizer, id, as_ids));
+      (*logprobs)["token_logprobs"].push_back(nullptr);
+      (*logprobs)["top_logprobs"].push_back(nullptr);
+      (*logprobs)["text_offset"].push_back(offset);
+    } else {
+      AppendCompletionLogprob(tokenizer, msg.prompt_logprobs(t - 1), as_ids,
+                              offset, logprobs);
+    }
+    offset += CodePoints(TokenText(tokenizer, id, /*as_id=*/false));
+  }
+  return offset;
+}
+
 void AppendCompletionLogprob(const Tokenizer* tokenizer,
                              const pdserve::v1::GeneratedToken& token,
                              bool as_ids, int64_t offset, json* logprobs) {

@@ -58,9 +58,19 @@ nlohmann::json ChatLogprob(const Tokenizer* tokenizer,
                            const pdserve::v1::GeneratedToken& token,
                            bool as_ids);
 
+// Unicode code points of UTF-8 text (OpenAI's text_offset unit).
+int64_t CodePoints(const std::string& s);
+
+// Completions with echo and logprobs: the prompt's tokens (msg.prompt_ids,
+// scored by msg.prompt_logprobs; the first token: null) appended to
+// `logprobs`, text offsets from 0; returns the offset after them.
+int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
+                                    const pdserve::v1::GenerateResponse& msg,
+                                    bool as_ids, nlohmann::json* logprobs);
+
 // Appends one token to a completions logprobs object {"tokens",
 // "token_logprobs", "top_logprobs", "text_offset"}; `offset` is where the
-// token's text starts in the choice's text.
+// token's text starts: code points of the token texts before it.
 void AppendCompletionLogprob(const Tokenizer* tokenizer,
                              const pdserve::v1::GeneratedToken& token,
                              bool as_ids, int64_t offset,

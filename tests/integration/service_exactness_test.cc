@@ -1,8 +1,8 @@
 // Exactness of the disaggregated service against the bundled reference, in
 // every routing mode, at concurrency 1 and 16; seeded sampling identical
 // across modes and to `pdserve complete`, with a logit_bias and min_tokens
-// too; and proof that
-// the KV really moves (worker counters).
+// too; prompt logprobs identical across modes and to `pdserve complete`;
+// and proof that the KV really moves (worker counters).
 #include <algorithm>
 #include <fstream>
 #include <thread>
@@ -54,21 +54,29 @@ class ExactnessTest : public ::testing::Test {
   }
 
   // `pdserve complete --input_jsonl` of one request line: its output ids.
-  static absl::StatusOr<std::vector<int32_t>> CompleteLine(
-      const nlohmann::json& line) {
+  // `pdserve complete`'s JSON result for one JSONL request line.
+  static absl::StatusOr<nlohmann::json> CompleteJson(
+      const nlohmann::json& line, std::vector<std::string> extra_flags = {}) {
     TempDir dir;
     const std::string input = dir.path() + "/request.jsonl";
     std::ofstream(input) << line.dump() << "\n";
-    auto out = RunPdserveCapture(
-        {"complete", "--json", "--threads=1", "--input_jsonl=" + input},
-        absl::Seconds(60));
+    std::vector<std::string> args = {"complete", "--json", "--threads=1",
+                                     "--input_jsonl=" + input};
+    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
+    auto out = RunPdserveCapture(args, absl::Seconds(60));
     if (!out.ok()) return out.status();
     auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || !j.contains("output_ids")) {
       return absl::InternalError("pdserve complete printed no output_ids: " +
                                  *out);
     }
-    return j["output_ids"].get<std::vector<int32_t>>();
+    return j;
+  }
+  static absl::StatusOr<std::vector<int32_t>> CompleteLine(
+      const nlohmann::json& line) {
+    auto j = CompleteJson(line);
+    if (!j.ok()) return j.status();
+    return (*j)["output_ids"].get<std::vector<int32_t>>();
   }
 
   static Cluster* cluster_;
@@ -264,6 +272,101 @@ TEST_F(ExactnessTest, MinTokensHoldsEosBackInEveryModeAndEqualsComplete) {
                                   {"logit_bias", {{"2", 100.0}}}});
     ASSERT_TRUE(complete.ok()) << complete.status();
     EXPECT_EQ(*complete, outs[0]);
+  }
+}
+
+// A scored token as plain values: (id, logprob, alternatives).
+struct Scored {
+  int32_t id;
+  float logprob;
+  std::vector<std::pair<int32_t, float>> top;
+  bool operator==(const Scored&) const = default;
+};
+std::vector<Scored> ScoresOf(const GenerateResult& r) {
+  std::vector<Scored> out;
+  for (const v1::GeneratedToken& t : r.prompt_logprobs) {
+    Scored s{t.id(), t.logprob(), {}};
+    for (const auto& a : t.top_logprobs()) {
+      s.top.emplace_back(a.token_id(), a.logprob());
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Prompt logprobs (what echo with logprobs returns over HTTP): each prompt
+// token after the first scored by the ones before it, bit-identical in
+// every mode (the prefill worker scores the prompt when it prefills it, the
+// decode worker when it does), over a prompt longer than one scoring pass,
+// and to `pdserve complete` (also chunked 7 tokens at a time); the scores
+// of a generated continuation are the logprobs it was generated with; a
+// repeated request, whose prefix the workers hold cached, is scored in full.
+TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
+  const ReferenceCase& c = cases_[2];
+  constexpr int kTop = 3, kGen = 20;
+  v1::GenerateRequest gen = IdsRequest(c.prompt_ids, kGen);
+  gen.set_top_logprobs(kTop);
+  auto generated = RunGenerate(cluster_->router(0), gen, absl::Seconds(60));
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  ASSERT_EQ(generated->output_ids.size(), static_cast<size_t>(kGen));
+  std::vector<int32_t> scored_prompt = c.prompt_ids;
+  scored_prompt.insert(scored_prompt.end(), generated->output_ids.begin(),
+                       generated->output_ids.end());
+  std::vector<int32_t> long_prompt;  // 300 tokens: two scoring passes
+  while (long_prompt.size() < 300) {
+    long_prompt.insert(long_prompt.end(), scored_prompt.begin(),
+                       scored_prompt.end());
+  }
+  long_prompt.resize(300);
+  for (const auto& prompt : {scored_prompt, long_prompt}) {
+    SCOPED_TRACE(absl::StrCat("prompt of ", prompt.size()));
+    v1::GenerateRequest req = IdsRequest(prompt, 4);
+    req.set_top_logprobs(kTop);
+    req.set_prompt_logprobs(kTop);
+    std::vector<std::vector<Scored>> scores;
+    for (int round = 0; round < 2; ++round) {  // the second: prefix cached
+      for (int r = 0; r < 3; ++r) {
+        auto result = RunGenerate(cluster_->router(r), req, absl::Seconds(60));
+        ASSERT_TRUE(result.ok()) << result.status();
+        scores.push_back(ScoresOf(*result));
+        EXPECT_EQ(scores.back(), scores[0]) << "router mode #" << r;
+      }
+    }
+    ASSERT_EQ(scores[0].size(), prompt.size() - 1);
+    for (size_t t = 0; t < scores[0].size(); ++t) {
+      ASSERT_EQ(scores[0][t].id, prompt[t + 1]) << t;
+      ASSERT_LE(scores[0][t].logprob, 0.0f) << t;
+      ASSERT_EQ(scores[0][t].top.size(), static_cast<size_t>(kTop)) << t;
+    }
+    if (prompt.size() == scored_prompt.size()) {
+      // Greedy: each generated token is its own top alternative.
+      for (int i = 0; i < kGen; ++i) {
+        const Scored& s = scores[0][c.prompt_ids.size() - 1 + i];
+        EXPECT_EQ(s.top, generated->top_logprobs[i]) << i;
+        EXPECT_EQ(s.logprob, generated->top_logprobs[i][0].second) << i;
+      }
+    }
+    for (const auto& flags :
+         {std::vector<std::string>{}, {"--prefill_chunk_tokens=7"}}) {
+      auto complete = CompleteJson({{"prompt_ids", prompt},
+                                    {"max_tokens", 4},
+                                    {"top_logprobs", kTop},
+                                    {"prompt_logprobs", kTop}},
+                                   flags);
+      ASSERT_TRUE(complete.ok()) << complete.status();
+      const nlohmann::json& pl = (*complete)["prompt_logprobs"];
+      ASSERT_EQ(pl.size(), prompt.size());
+      EXPECT_TRUE(pl[0].is_null());
+      std::vector<Scored> from_complete;
+      for (size_t t = 1; t < pl.size(); ++t) {
+        Scored s{pl[t]["id"].get<int32_t>(), pl[t]["logprob"].get<float>(), {}};
+        for (const auto& a : pl[t]["top_logprobs"]) {
+          s.top.emplace_back(a[0].get<int32_t>(), a[1].get<float>());
+        }
+        from_complete.push_back(std::move(s));
+      }
+      EXPECT_EQ(from_complete, scores[0]);
+    }
   }
 }
 

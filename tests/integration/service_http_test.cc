@@ -145,6 +145,75 @@ TEST_F(HttpTest, StreamingIsByteExactSseAndEqualsTheWholeResponse) {
   EXPECT_EQ(whole["choices"][0]["text"], text);
 }
 
+// echo with logprobs (lm-eval-harness's loglikelihood requests): the
+// logprobs list the prompt's tokens first, the first with null, each other
+// scored by the ones before it exactly as gRPC's prompt_logprobs, then the
+// generated ones; streamed, the first chunk carries the prompt's entries.
+TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
+  const ReferenceCase& c = cases_[1];
+  json body = {{"prompt", c.prompt_ids}, {"max_tokens", 3},
+               {"temperature", 0},       {"echo", true},
+               {"logprobs", 2},          {"return_tokens_as_token_ids", true}};
+  json r = Post("/v1/completions", body, 200);
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  const json& lp = r["choices"][0]["logprobs"];
+  const size_t n = c.prompt_ids.size();
+  ASSERT_EQ(lp["tokens"].size(), n + 3) << lp.dump();
+  std::vector<int32_t> prompt_and_output = c.prompt_ids;
+  prompt_and_output.insert(prompt_and_output.end(), c.output_ids.begin(),
+                           c.output_ids.begin() + 3);
+  EXPECT_EQ(IdsOf(lp["tokens"]), prompt_and_output);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  for (size_t t = 1; t < n + 3; ++t) {
+    ASSERT_TRUE(lp["token_logprobs"][t].is_number()) << t;
+    EXPECT_LE(lp["token_logprobs"][t].get<double>(), 0.0) << t;
+    EXPECT_EQ(lp["top_logprobs"][t].size(), 2u) << t;
+    EXPECT_GE(lp["text_offset"][t].get<int64_t>(),
+              lp["text_offset"][t - 1].get<int64_t>());
+  }
+  // The prompt's scores are gRPC's prompt_logprobs.
+  v1::GenerateRequest req = IdsRequest(c.prompt_ids, 3);
+  req.set_prompt_logprobs(2);
+  auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->prompt_logprobs.size(), n - 1);
+  for (size_t t = 1; t < n; ++t) {
+    EXPECT_EQ(lp["token_logprobs"][t].get<float>(),
+              g->prompt_logprobs[t - 1].logprob())
+        << t;
+  }
+  // Streamed: the same entries, the prompt's in the first chunk.
+  body["stream"] = true;
+  auto reply = HttpRequest(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  ASSERT_EQ(reply->status, 200) << reply->body;
+  auto events = ParseSseEvents(reply->body);
+  ASSERT_TRUE(events.ok()) << events.status() << "\n" << reply->body;
+  json streamed = {{"tokens", json::array()},
+                   {"token_logprobs", json::array()},
+                   {"top_logprobs", json::array()},
+                   {"text_offset", json::array()}};
+  for (size_t i = 0; i + 1 < events->size(); ++i) {
+    const json chunk = json::parse((*events)[i]);
+    const json& delta = chunk["choices"][0]["logprobs"];
+    if (i == 0) {
+      EXPECT_GE(delta["tokens"].size(), n) << "first chunk";
+    }
+    for (const char* key :
+         {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const json& v : delta[key]) streamed[key].push_back(v);
+    }
+  }
+  EXPECT_EQ(streamed, lp);
+  // Without logprobs, echo stays text only.
+  body.erase("stream");
+  body.erase("logprobs");
+  json plain = Post("/v1/completions", body, 200);
+  EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null()) << plain.dump();
+}
+
 TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {
   json r = Post("/v1/completions",
                 {{"prompt", ""},

@@ -78,6 +78,26 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         `${JSON.stringify(ids)} (banned ${first})`);
 }
 
+// 2c. echo with logprobs, as lm-eval-harness scores a continuation: the
+//     prompt's tokens come first, the first with null, each other scored.
+{
+  const prompt = expect.completion.prompt_ids;
+  const r = await client.completions.create({
+    model, prompt, max_tokens: 1, temperature: 0, echo: true, logprobs: 1,
+    return_tokens_as_token_ids: true,
+  });
+  const lp = r.choices[0].logprobs;
+  check("echo + logprobs: prompt then output tokens",
+        same(idsOf(lp.tokens), [...prompt, expect.completion.output_ids[0]]),
+        JSON.stringify(lp.tokens));
+  check("echo + logprobs: the first prompt token has none",
+        lp.token_logprobs[0] === null && lp.top_logprobs[0] === null);
+  check("echo + logprobs: every later token scored",
+        lp.token_logprobs.slice(1).every((x) => typeof x === "number" && x <= 0) &&
+        lp.top_logprobs.slice(1).every((t) => t !== null && Object.keys(t).length === 1),
+        JSON.stringify(lp.token_logprobs));
+}
+
 // 3. Seeded sampling equals gRPC with the same seed.
 {
   const r = await client.completions.create({

@@ -203,6 +203,10 @@ TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
               (*r.mutable_sampling()->mutable_logit_bias())[5] = 100.5f;
             }),
             "logit_bias");
+  EXPECT_EQ(field_of([](Req& r) { r.set_prompt_logprobs(-1); }),
+            "prompt_logprobs");
+  EXPECT_EQ(field_of([](Req& r) { r.set_prompt_logprobs(101); }),
+            "prompt_logprobs");
   EXPECT_EQ(InvalidField(absl::InvalidArgumentError("other")), "");
   EXPECT_EQ(InvalidField(absl::OkStatus()), "");
 

@@ -6,17 +6,20 @@
 // old full-reservation mode waits instead of preempting; the prefix cache
 // serves a second request sharing a 64-token prefix; a request resumed with
 // its earlier outputs as prompt (marked as generated, as after a migration)
-// continues exactly, with presence/frequency penalties. After every test, 0
+// continues exactly, with presence/frequency penalties; prompt logprobs are
+// bit for bit the logprobs of generating those tokens. After every test, 0
 // KV blocks are in use (cached-but-unreferenced prefix blocks count as free).
 #include "common/engine/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/engine/engine.h"
 #include "gtest/gtest.h"
@@ -476,6 +479,89 @@ TEST(Resume, GeneratedTokensMustLeaveAPrompt) {
   r.generated_tokens = -1;
   EXPECT_EQ(s.Submit(r, [](const TokenEvent&) {}).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Every event of one request run alone.
+std::vector<TokenEvent> Events(Engine& e, const SchedulerOptions& so,
+                               const GenerationRequest& req,
+                               SchedulerStats* stats = nullptr) {
+  std::vector<TokenEvent> events;
+  absl::Mutex mu;
+  {
+    GenerationScheduler s(&e, so);
+    auto id = s.Submit(req, [&](const TokenEvent& ev) {
+      absl::MutexLock lock(&mu);
+      events.push_back(ev);
+    });
+    EXPECT_TRUE(id.ok()) << id.status();
+    s.WaitIdle();
+    if (stats != nullptr) *stats = s.stats();
+  }
+  return events;
+}
+
+// A prompt scored token by token (prompt_logprobs) gives, for each token,
+// exactly the logprob and alternatives the model gave it when it generated
+// that token: the prompt is the earlier prompt plus that generation. Same
+// bits however the prompt is chunked (whole, 1, 7, 16 tokens per pass;
+// 300+ tokens, more than one pass of kPromptLogprobsChunkTokens), and
+// with the prefix cache on, which a scoring request does not use.
+TEST(PromptLogprobs, ScoresAreTheLogprobsOfGeneratingThoseTokens) {
+  auto e = MakeEngine({});
+  constexpr int kTop = 4, kGen = 40;
+  for (const int prompt_len : {37, 300}) {
+    SCOPED_TRACE(absl::StrCat("prompt ", prompt_len));
+    GenerationRequest gen =
+        Seeded(RandomTokens(20 + prompt_len, prompt_len), 21, kGen);
+    gen.sampling.top_logprobs = kTop;
+    const std::vector<TokenEvent> generated = Events(*e, {}, gen);
+    ASSERT_EQ(generated.size(), static_cast<size_t>(kGen));
+    GenerationRequest score;
+    score.prompt_ids = gen.prompt_ids;
+    for (const TokenEvent& ev : generated) {
+      score.prompt_ids.push_back(ev.token_id);
+    }
+    score.stop.max_tokens = 1;
+    score.prompt_logprobs = kTop;
+    for (const int chunk : {0, 1, 7, 16, 0}) {  // 0 twice: cached prefix
+      SCOPED_TRACE(absl::StrCat("chunk ", chunk));
+      SchedulerOptions so;
+      so.prefill_chunk_tokens = chunk;
+      SchedulerStats stats;
+      const std::vector<TokenEvent> events = Events(*e, so, score, &stats);
+      ASSERT_FALSE(events.empty());
+      EXPECT_EQ(stats.prefix_hit_tokens, 0);
+      EXPECT_EQ(stats.prefill_tokens_computed,
+                static_cast<int64_t>(score.prompt_ids.size()));
+      const std::vector<SampledToken>& scores = events[0].prompt_logprobs;
+      ASSERT_EQ(scores.size(), score.prompt_ids.size() - 1);
+      for (size_t t = 0; t < scores.size(); ++t) {
+        ASSERT_EQ(scores[t].id, score.prompt_ids[t + 1]) << t;
+        ASSERT_TRUE(std::isfinite(scores[t].logprob)) << t;
+        ASSERT_LE(scores[t].logprob, 0.0f) << t;
+        ASSERT_EQ(scores[t].top_logprobs.size(), static_cast<size_t>(kTop));
+      }
+      for (int i = 0; i < kGen; ++i) {
+        const SampledToken& s = scores[prompt_len - 1 + i];
+        EXPECT_EQ(s.id, generated[i].token_id) << i;
+        EXPECT_EQ(s.logprob, generated[i].logprob) << i;
+        EXPECT_EQ(s.top_logprobs, generated[i].top_logprobs) << i;
+      }
+      for (size_t k = 1; k < events.size(); ++k) {
+        EXPECT_TRUE(events[k].prompt_logprobs.empty());
+      }
+    }
+  }
+  EXPECT_EQ(e->used_blocks(), 0);
+}
+
+TEST(PromptLogprobs, OutOfRangeIsRefused) {
+  auto e = MakeEngine({});
+  GenerationScheduler s(e.get(), {});
+  GenerationRequest r = Greedy(LoadReferences()[0]);
+  r.prompt_logprobs = 101;
+  auto id = s.Submit(r, [](const TokenEvent&) {});
+  EXPECT_TRUE(absl::IsInvalidArgument(id.status())) << id.status();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
 #include "google/protobuf/descriptor.h"
+#include "tools/logprobs_json.h"
 
 namespace pdserve {
 
@@ -60,6 +61,8 @@ absl::StatusOr<v1::GenerateRequest> RequestFromJson(
       r->set_min_tokens(j.at("min_tokens").get<int32_t>());
     if (j.contains("top_logprobs"))
       r->set_top_logprobs(j.at("top_logprobs").get<int32_t>());
+    if (j.contains("prompt_logprobs"))
+      r->set_prompt_logprobs(j.at("prompt_logprobs").get<int32_t>());
     if (j.contains("stop")) {
       r->clear_stop();
       for (const auto& st : j.at("stop")) r->add_stop(st.get<std::string>());
@@ -96,6 +99,9 @@ absl::StatusOr<GenerateResult> RunGenerate(
       first = false;
     }
     result.request_id = msg.request_id();
+    result.prompt_logprobs.insert(result.prompt_logprobs.end(),
+                                  msg.prompt_logprobs().begin(),
+                                  msg.prompt_logprobs().end());
     for (const auto& t : msg.tokens()) {
       result.output_ids.push_back(t.id());
       std::vector<std::pair<int32_t, float>> top;
@@ -136,6 +142,17 @@ nlohmann::json ResultToJson(const GenerateResult& r) {
       tl.push_back(row);
     }
     j["top_logprobs"] = tl;
+  }
+  if (r.request.has_prompt_logprobs()) {
+    // null for the first prompt token (nothing before it scores it).
+    nlohmann::json pl = nlohmann::json::array({nullptr});
+    for (const auto& t : r.prompt_logprobs) {
+      std::vector<std::pair<int32_t, float>> top;
+      for (const auto& tl : t.top_logprobs())
+        top.emplace_back(tl.token_id(), tl.logprob());
+      pl.push_back(ScoredTokenJson(t.id(), t.logprob(), top));
+    }
+    j["prompt_logprobs"] = pl;
   }
   j["text"] = r.text;
   j["usage"] = {{"prompt_tokens", r.usage.prompt_tokens()},

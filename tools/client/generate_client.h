@@ -22,6 +22,8 @@ struct GenerateResult {
   std::vector<int32_t> prompt_ids;
   std::vector<int32_t> output_ids;
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // request.prompt_logprobs set: entry t scores prompt token t + 1.
+  std::vector<pdserve::v1::GeneratedToken> prompt_logprobs;
   std::string text;
   std::string finish_reason;
   pdserve::v1::Usage usage;
@@ -34,7 +36,8 @@ struct GenerateResult {
 // One JSONL line: {"prompt": "..."} or {"prompt_ids": [...]} plus optional
 // sampling/stopping fields (max_tokens, temperature, top_p, top_k, min_p,
 // repetition/presence/frequency_penalty, seed, logit_bias ({"id": bias}),
-// ignore_eos, min_tokens, top_logprobs, stop, stop_token_ids, request_id);
+// ignore_eos, min_tokens, top_logprobs, prompt_logprobs, stop,
+// stop_token_ids, request_id);
 // missing fields keep `base`'s values.
 absl::StatusOr<pdserve::v1::GenerateRequest> RequestFromJson(
     const std::string& line, const pdserve::v1::GenerateRequest& base);

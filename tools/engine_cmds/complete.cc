@@ -26,6 +26,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/common_flags.h"
 #include "tools/engine_flags.h"
+#include "tools/logprobs_json.h"
 #include "tools/subcommand.h"
 
 namespace pdserve {
@@ -36,6 +37,8 @@ struct CompletionResult {
   std::vector<int32_t> output_ids;
   std::string finish_reason;
   std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // Entry t scores prompt token t + 1 (request.prompt_logprobs >= 0).
+  std::vector<SampledToken> prompt_logprobs;
   absl::Status status;
 };
 
@@ -71,6 +74,7 @@ absl::StatusOr<GenerationRequest> RequestFromFlags(
       static_cast<float>(absl::GetFlag(FLAGS_frequency_penalty));
   r.sampling.seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   r.sampling.top_logprobs = absl::GetFlag(FLAGS_top_logprobs);
+  r.prompt_logprobs = absl::GetFlag(FLAGS_prompt_logprobs);
   r.stop.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   r.stop.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   ASSIGN_OR_RETURN(
@@ -111,6 +115,7 @@ absl::StatusOr<GenerationRequest> RequestFromJson(const std::string& line) {
     num("presence_penalty", &r.sampling.presence_penalty);
     num("frequency_penalty", &r.sampling.frequency_penalty);
     num("top_logprobs", &r.sampling.top_logprobs);
+    num("prompt_logprobs", &r.prompt_logprobs);
     num("ignore_eos", &r.stop.ignore_eos);
     num("min_tokens", &r.stop.min_tokens);
     num("stop_token_ids", &r.stop.stop_token_ids);
@@ -152,6 +157,9 @@ std::vector<CompletionResult> RunCompletions(
       auto id = scheduler.Submit(
           requests[i], [&mu, &pending, result](const TokenEvent& e) {
             absl::MutexLock lock(&mu);
+            if (!e.prompt_logprobs.empty()) {
+              result->prompt_logprobs = e.prompt_logprobs;
+            }
             if (e.has_token) {
               result->output_ids.push_back(e.token_id);
               result->top_logprobs.push_back(e.top_logprobs);
@@ -197,12 +205,20 @@ std::string OutputText(const Tokenizer& tok, const CompletionResult& r) {
 }
 
 void PrintResult(const CompletionResult& r, bool json, bool with_logprobs,
-                 const Tokenizer* tok) {
+                 bool with_prompt_logprobs, const Tokenizer* tok) {
   if (!json) {
     std::printf("%s\nfinish_reason: %s\n",
                 absl::StrJoin(r.output_ids, " ").c_str(),
                 r.finish_reason.c_str());
     if (tok != nullptr) std::printf("text: %s\n", OutputText(*tok, r).c_str());
+    if (with_prompt_logprobs) {  // token:logprob of prompt tokens 1, 2, ...
+      std::string scores;
+      for (const SampledToken& t : r.prompt_logprobs) {
+        absl::StrAppend(&scores, scores.empty() ? "" : " ", t.id, ":",
+                        t.logprob);
+      }
+      std::printf("prompt_logprobs: %s\n", scores.c_str());
+    }
     return;
   }
   nlohmann::json j;
@@ -218,6 +234,14 @@ void PrintResult(const CompletionResult& r, bool json, bool with_logprobs,
       tl.push_back(p);
     }
     j["top_logprobs"] = tl;
+  }
+  if (with_prompt_logprobs) {
+    // null for the first prompt token (nothing before it scores it).
+    nlohmann::json pl = nlohmann::json::array({nullptr});
+    for (const SampledToken& t : r.prompt_logprobs) {
+      pl.push_back(ScoredTokenJson(t.id, t.logprob, t.top_logprobs));
+    }
+    j["prompt_logprobs"] = pl;
   }
   std::printf("%s\n", j.dump().c_str());
 }
@@ -313,7 +337,7 @@ int RunComplete(const std::vector<std::string>& args) {
       continue;
     }
     PrintResult(results[i], json, requests[i].sampling.top_logprobs > 0,
-                tokenizer.get());
+                requests[i].prompt_logprobs >= 0, tokenizer.get());
   }
   return rc;
 }
@@ -322,14 +346,14 @@ PDSERVE_SUBCOMMAND(
     "complete", "generate token ids in-process (no servers)",
     "pdserve complete --model=DIR|synthetic:NAME (TEXT | --prompt_ids=1,2,3) "
     "[--max_tokens=N] [--temperature --top_p --top_k --min_p --seed ...] "
-    "[--top_logprobs=K] [--json]\n"
+    "[--top_logprobs=K] [--prompt_logprobs=K] [--json]\n"
     "pdserve complete --input_jsonl=FILE   (one {\"prompt_ids\": [...], ...} "
     "per "
     "line, run concurrently; one JSON line per request, in input order)",
     FlagNames({EngineFlagNames(),
                SamplingFlagNames(),
                {"max_num_seqs", "prefill_chunk_tokens", "tokenizer",
-                "prompt_ids", "input_jsonl", "json"}}),
+                "prompt_ids", "input_jsonl", "json", "prompt_logprobs"}}),
     RunComplete);
 
 }  // namespace

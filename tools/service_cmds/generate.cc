@@ -48,6 +48,16 @@ absl::StatusOr<std::unique_ptr<v1::Generation::Stub>> MakeStub() {
   return v1::Generation::NewStub(MakeChannel(target, *creds));
 }
 
+// The shared request flags (RequestFromFlags) plus generate's own.
+absl::StatusOr<v1::GenerateRequest> GenerateRequestFromFlags(
+    const std::string& prompt, const std::vector<std::string>& ids) {
+  auto req = RequestFromFlags(prompt, ids);
+  if (req.ok() && absl::GetFlag(FLAGS_prompt_logprobs) >= 0) {
+    req->set_prompt_logprobs(absl::GetFlag(FLAGS_prompt_logprobs));
+  }
+  return req;
+}
+
 int RunJsonl(v1::Generation::Stub& stub, const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -61,7 +71,7 @@ int RunJsonl(v1::Generation::Stub& stub, const std::string& path) {
   std::vector<std::string> out(lines.size());
   std::vector<bool> failed(lines.size(), false);
   std::atomic<size_t> next{0};
-  const auto base = RequestFromFlags("", {});
+  const auto base = GenerateRequestFromFlags("", {});
   const absl::Duration timeout =
       absl::Seconds(absl::GetFlag(FLAGS_timeout_seconds));
   auto worker = [&] {
@@ -169,7 +179,7 @@ int RunGenerateCmd(const std::vector<std::string>& args) {
       !s.ok()) {
     return FailWith("generate", s);
   }
-  auto req = RequestFromFlags(prompt, ids);
+  auto req = GenerateRequestFromFlags(prompt, ids);
   if (!req.ok()) return FailWith("generate", req.status());
   if (chat) {
     auto conversation = ChatFromFlags();
@@ -205,11 +215,13 @@ PDSERVE_SUBCOMMAND(
     "pdserve generate --target=HOST:PORT [--json] [--max_tokens=N] "
     "[--temperature=T] "
     "[--top_p --top_k --min_p --seed --stop --stop_token_ids --ignore_eos "
-    "--top_logprobs] (PROMPT... | --prompt_ids=1,2,3 | --chat=MESSAGE | "
+    "--top_logprobs --prompt_logprobs] (PROMPT... | --prompt_ids=1,2,3 | "
+    "--chat=MESSAGE | "
     "--messages_json=FILE)\n"
     "pdserve generate --target=HOST:PORT --input_jsonl=FILE [--concurrency=K]",
     FlagNames({SamplingFlagNames(),
-               {"target", "prompt_ids", "input_jsonl", "json"}}),
+               {"target", "prompt_ids", "input_jsonl", "json",
+                "prompt_logprobs"}}),
     RunGenerateCmd);
 
 }  // namespace

@@ -395,7 +395,9 @@ absl::Status CpuRunner::Forward(
   rows_.clear();
   attention_->Clear();
   std::vector<int64_t> last_row(items.size(), -1);
+  std::vector<int64_t> first_row(items.size(), 0);
   for (size_t i = 0; i < items.size(); ++i) {
+    first_row[i] = static_cast<int64_t>(rows_.size());
     const std::vector<int32_t>* table = kv->BlockTable(items[i].seq);
     const int64_t n = static_cast<int64_t>(items[i].tokens.size());
     attention_->AddSequence(table, static_cast<int64_t>(rows_.size()),
@@ -491,6 +493,21 @@ absl::Status CpuRunner::Forward(
       for (int i = 0; i < H; ++i) xr[i] = xr[i] + d[i];
     });
   }
+  // Every row of the items that want all their logits (each row alone
+  // through the same norm and lm_head: the bits of a last row).
+  const int64_t V = c.vocab_size;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (items[i].token_logits == nullptr || last_row[i] < first_row[i]) {
+      continue;
+    }
+    const int64_t n = last_row[i] - first_row[i] + 1;
+    ParallelRows(n, [&](int64_t j) {
+      RmsNorm(x + (first_row[i] + j) * H, final_norm_.data(), H, eps,
+              xn + j * H);
+    });
+    LinearMatMul(*pool_, xn, n, H, *lm_head_, nullptr, items[i].token_logits,
+                 V);
+  }
   // Final norm and lm_head only for the rows whose logits are wanted.
   std::vector<size_t> wanted;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -501,7 +518,6 @@ absl::Status CpuRunner::Forward(
     RmsNorm(x + last_row[wanted[j]] * H, final_norm_.data(), H, eps,
             xn + j * H);
   });
-  const int64_t V = c.vocab_size;
   if (wanted.size() == items.size()) {
     LinearMatMul(*pool_, xn, static_cast<int64_t>(wanted.size()), H, *lm_head_,
                  nullptr, logits, V);

@@ -321,6 +321,10 @@ absl::Status CudaRunner::Forward(
       tiles.push_back({row0 + t, std::min(cuda::kAttentionRowsPerTile, n - t),
                        item.start_pos + t, table_offset});
     }
+    if (item.token_logits != nullptr) {
+      return absl::UnimplementedError(
+          "prompt logprobs are not implemented on the CUDA backend yet");
+    }
     if (item.want_logits && n > 0) {
       wanted.push_back(row0 + n - 1);
       wanted_item.push_back(i);
