@@ -1,0 +1,164 @@
+// GenerationScheduler: admission of waiting requests (prefix reuse, the KV
+// watermark, failures), each step's KV planning and preemption. Scheduler
+// thread only (the waiting queue under mu_).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/engine/scheduler.h"
+#include "common/engine/scheduler_request.h"
+
+namespace pdserve {
+
+bool GenerationScheduler::Admit() {
+  bool admitted = false;
+  std::vector<std::pair<std::unique_ptr<Request>, absl::Status>> failed;
+  int64_t hit_tokens = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!waiting_.empty() &&
+           static_cast<int>(running_.size()) < options_.max_num_seqs) {
+      Request& r = *waiting_.front();
+      const int total = r.prompt_len() + r.req.stop.max_tokens;
+      absl::Status status;
+      if (r.imported) {
+        // The KV is already here (and was reserved by its receiver).
+        if (options_.reserve_full_request) {
+          status = engine_->Reserve(r.seq, total);
+          if (status.code() == absl::StatusCode::kResourceExhausted) break;
+        }
+        if (status.ok() && engine_->SequenceLength(r.seq) != r.prompt_len()) {
+          status = absl::FailedPreconditionError(absl::StrCat(
+              "imported sequence holds ", engine_->SequenceLength(r.seq),
+              " tokens of KV, the prompt has ", r.prompt_len()));
+        }
+      } else {
+        if (r.seq < 0) r.seq = *engine_->CreateSequence();
+        int reused = 0;
+        if (options_.use_prefix_cache && !r.scoring_prompt) {
+          absl::StatusOr<int> attached =
+              engine_->AttachCachedPrefix(r.seq, r.context);
+          if (attached.ok()) {
+            reused = *attached;
+          } else {
+            status = attached.status();
+          }
+        }
+        const int need_tokens = options_.reserve_full_request
+                                    ? total
+                                    : static_cast<int>(r.context.size());
+        const int64_t need =
+            engine_->BlocksFor(need_tokens) - engine_->BlocksFor(reused);
+        const int64_t watermark =
+            running_.empty() ? 0
+                             : static_cast<int64_t>(options_.kv_watermark *
+                                                    engine_->total_blocks());
+        if (status.ok() && engine_->free_blocks() - need < watermark) {
+          engine_->FreeSequence(r.seq);  // attached blocks stay cached
+          r.seq = -1;
+          break;  // FIFO: wait for blocks to be freed
+        }
+        if (status.ok()) status = engine_->Reserve(r.seq, need_tokens);
+        if (status.code() == absl::StatusCode::kResourceExhausted) {
+          engine_->FreeSequence(r.seq);
+          r.seq = -1;
+          break;
+        }
+        r.prefilled = reused;
+        hit_tokens += reused;
+      }
+      if (!status.ok()) {
+        failed.emplace_back(std::move(waiting_.front()), status);
+        waiting_.pop_front();
+        continue;
+      }
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      admitted = true;
+    }
+    // Counted as running before leaving `waiting_` is visible (WaitIdle).
+    num_running_ = static_cast<int>(running_.size());
+    counters_.prefix_hit_tokens += hit_tokens;
+  }
+  for (auto& [r, status] : failed) {
+    if (r->seq >= 0) engine_->FreeSequence(r->seq);
+    Finish(*r, EndEvent("error", status));
+  }
+  // An imported request may already be complete (max_tokens == 1).
+  for (auto& r : running_) {
+    if (!r->finished &&
+        static_cast<int>(r->output.size()) >= r->req.stop.max_tokens) {
+      Finish(*r, EndEvent("length"));
+    }
+  }
+  return admitted || !failed.empty();
+}
+
+bool GenerationScheduler::PlanAndReserve() {
+  // Decoding sequences first (one token each), then prompt chunks.
+  int budget = max_batch_tokens_;
+  for (auto& r : running_) {
+    r->step_tokens = 0;
+    if (r->finished || r->prefilling() || budget <= 0) continue;
+    r->step_tokens = 1;
+    --budget;
+  }
+  for (auto& r : running_) {
+    if (r->finished || !r->prefilling() || budget <= 0) continue;
+    int n =
+        std::min(static_cast<int>(r->context.size()) - r->prefilled, budget);
+    if (options_.prefill_chunk_tokens > 0) {
+      n = std::min(n, options_.prefill_chunk_tokens);
+    }
+    if (r->scoring_prompt) n = std::min(n, kPromptLogprobsChunkTokens);
+    r->step_tokens = n;
+    budget -= n;
+  }
+  // KV on demand, oldest first; the newest sequences make room.
+  bool preempted = false;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Request& r = *running_[i];
+    if (r.step_tokens == 0) continue;
+    const int want = engine_->SequenceLength(r.seq) + r.step_tokens;
+    for (;;) {
+      absl::Status status = engine_->Reserve(r.seq, want);
+      if (status.ok()) break;
+      if (status.code() != absl::StatusCode::kResourceExhausted) {
+        r.step_tokens = 0;
+        Finish(r, EndEvent("error", status));
+        break;
+      }
+      if (running_.size() == 1) {
+        // Alone and still short: blocks are held outside the scheduler
+        // (e.g. KV being received); wait for them.
+        r.step_tokens = 0;
+        break;
+      }
+      const size_t victim = running_.size() - 1;
+      Preempt(victim);
+      preempted = true;
+      if (victim == i) break;  // `r` itself was the newest
+    }
+  }
+  return preempted;
+}
+
+void GenerationScheduler::Preempt(size_t index) {
+  std::unique_ptr<Request> r = std::move(running_[index]);
+  running_.erase(running_.begin() + index);
+  // Its registered full blocks stay cached: the re-prefill may reattach them.
+  engine_->FreeSequence(r->seq);
+  r->seq = -1;
+  r->imported = false;
+  r->context = r->req.prompt_ids;
+  r->context.insert(r->context.end(), r->output.begin(), r->output.end());
+  r->prefilled = 0;
+  r->step_tokens = 0;
+  absl::MutexLock lock(&mu_);
+  ++counters_.preemptions;
+  // Ahead of new requests; a later preemption (an older sequence) goes
+  // in front of an earlier one.
+  waiting_.push_front(std::move(r));
+  num_running_ = static_cast<int>(running_.size());
+}
+
+}  // namespace pdserve
