@@ -157,7 +157,8 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (finished_) return false;
     Choice& choice = choices_[c];
     const Tokenizer* tok = api_->core()->tokenizer();
-    std::string text = msg.text();
+    // Echo without generation: the one token computed is not the client's.
+    std::string text = parsed_.echo_only ? "" : msg.text();
     const bool first = !choice.sent_any;
     choice.sent_any = true;
     if (first && echo_[choice.prompt].has_value()) {
@@ -177,6 +178,7 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
       }
       int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
+        if (parsed_.echo_only) break;
         if (chat_) {
           json entry = ChatLogprob(tok, t, parsed_.tokens_as_ids);
           logprobs_delta["content"].push_back(entry);
@@ -193,9 +195,12 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     }
     choice.text += text;
     if (msg.finished()) {
-      choice.finish_reason = OpenAiFinishReason(msg.finish_reason());
+      choice.finish_reason = parsed_.echo_only
+                                 ? "length"
+                                 : OpenAiFinishReason(msg.finish_reason());
       choice.prompt_tokens = msg.usage().prompt_tokens();
-      choice.completion_tokens = msg.usage().completion_tokens();
+      choice.completion_tokens =
+          parsed_.echo_only ? 0 : msg.usage().completion_tokens();
     }
     if (parsed_.stream) {
       StartStreamLocked();

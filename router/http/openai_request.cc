@@ -399,6 +399,13 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
     parsed.logprobs = true;
     parsed.top_logprobs = static_cast<int>(*v);
   }
+  if (parsed.echo && proto.has_max_tokens() && proto.max_tokens() == 0) {
+    if (proto.min_tokens() > 0) {
+      f.Fail("min_tokens", "'min_tokens' must be 0 with 'max_tokens' 0");
+    }
+    parsed.echo_only = true;
+    proto.set_max_tokens(1);
+  }
   if (f.Has("suffix")) {
     const json& suffix = f.Get("suffix");
     if (!(suffix.is_string() && suffix.get<std::string>().empty())) {

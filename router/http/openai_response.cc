@@ -121,8 +121,8 @@ int64_t CodePoints(const std::string& s) {
 }
 
 int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
-                                    const pdserve::v1::GenerateResponse& msg,
-                                    bool as_ids, json* logprobs) {
+                                       const pdserve::v1::GenerateResponse& msg,
+                                       bool as_ids, json* logprobs) {
   int64_t offset = 0;
   for (int t = 0; t < msg.prompt_ids_size(); ++t) {
     const int32_t id = msg.prompt_ids(t);

@@ -65,8 +65,8 @@ int64_t CodePoints(const std::string& s);
 // scored by msg.prompt_logprobs; the first token: null) appended to
 // `logprobs`, text offsets from 0; returns the offset after them.
 int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
-                                    const pdserve::v1::GenerateResponse& msg,
-                                    bool as_ids, nlohmann::json* logprobs);
+                                       const pdserve::v1::GenerateResponse& msg,
+                                       bool as_ids, nlohmann::json* logprobs);
 
 // Appends one token to a completions logprobs object {"tokens",
 // "token_logprobs", "top_logprobs", "text_offset"}; `offset` is where the

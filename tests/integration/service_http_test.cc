@@ -148,7 +148,8 @@ TEST_F(HttpTest, StreamingIsByteExactSseAndEqualsTheWholeResponse) {
 // echo with logprobs (lm-eval-harness's loglikelihood requests): the
 // logprobs list the prompt's tokens first, the first with null, each other
 // scored by the ones before it exactly as gRPC's prompt_logprobs, then the
-// generated ones; streamed, the first chunk carries the prompt's entries.
+// generated ones; streamed, the first chunk carries the prompt's entries;
+// with max_tokens 0, the prompt alone.
 TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   const ReferenceCase& c = cases_[1];
   json body = {{"prompt", c.prompt_ids}, {"max_tokens", 3},
@@ -207,11 +208,46 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
     }
   }
   EXPECT_EQ(streamed, lp);
-  // Without logprobs, echo stays text only.
+  // max_tokens 0 (echo without generation): the prompt alone, scored.
+  body.erase("stream");
+  body["max_tokens"] = 0;
+  json only = Post("/v1/completions", body, 200);
+  const json& only_lp = only["choices"][0]["logprobs"];
+  EXPECT_EQ(IdsOf(only_lp["tokens"]), c.prompt_ids) << only.dump();
+  for (const char* key : {"token_logprobs", "top_logprobs", "text_offset"}) {
+    EXPECT_EQ(only_lp[key],
+              json(std::vector<json>(lp[key].begin(), lp[key].begin() + n)))
+        << key;
+  }
+  EXPECT_EQ(only["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(only["usage"]["completion_tokens"], 0);
+  EXPECT_EQ(only["usage"]["prompt_tokens"], n);
+  body["stream"] = true;
+  auto only_stream = HttpRequest(port_, "POST", "/v1/completions", body.dump());
+  ASSERT_TRUE(only_stream.ok()) << only_stream.status();
+  auto only_events = ParseSseEvents(only_stream->body);
+  ASSERT_TRUE(only_events.ok()) << only_events.status();
+  std::string only_text;
+  std::vector<int32_t> only_ids;
+  for (size_t i = 0; i + 1 < only_events->size(); ++i) {
+    const json chunk = json::parse((*only_events)[i]);
+    only_text += chunk["choices"][0]["text"].get<std::string>();
+    for (int32_t id : IdsOf(chunk["choices"][0]["logprobs"]["tokens"])) {
+      only_ids.push_back(id);
+    }
+  }
+  EXPECT_EQ(only_text, only["choices"][0]["text"]);
+  EXPECT_EQ(only_ids, c.prompt_ids);
+  // Without logprobs, echo stays text only; max_tokens 0 without echo is
+  // refused.
   body.erase("stream");
   body.erase("logprobs");
   json plain = Post("/v1/completions", body, 200);
   EXPECT_TRUE(plain["choices"][0]["logprobs"].is_null()) << plain.dump();
+  EXPECT_EQ(plain["choices"][0]["text"], only["choices"][0]["text"]);
+  body.erase("echo");
+  json refused = Post("/v1/completions", body, 400);
+  EXPECT_EQ(refused["error"]["param"], "max_tokens") << refused.dump();
 }
 
 TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {
