@@ -338,10 +338,9 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids,
   return r;
 }
 
-absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
-    const std::vector<int32_t>& ids, const std::vector<std::string>& flags) {
-  std::vector<std::string> args = {"complete", "--json", "--threads=1",
-                                   "--prompt_ids=" + absl::StrJoin(ids, ",")};
+absl::StatusOr<nlohmann::json> CompleteJson(
+    const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"complete", "--json", "--threads=1"};
   args.insert(args.end(), flags.begin(), flags.end());
   auto out = RunPdserveCapture(args, absl::Seconds(60));
   if (!out.ok()) return out.status();
@@ -350,7 +349,16 @@ absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
     return absl::InternalError("pdserve complete printed no output_ids: " +
                                *out);
   }
-  return j.at("output_ids").get<std::vector<int32_t>>();
+  return j;
+}
+
+absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
+    const std::vector<int32_t>& ids, const std::vector<std::string>& flags) {
+  std::vector<std::string> args = {"--prompt_ids=" + absl::StrJoin(ids, ",")};
+  args.insert(args.end(), flags.begin(), flags.end());
+  auto j = CompleteJson(args);
+  if (!j.ok()) return j.status();
+  return j->at("output_ids").get<std::vector<int32_t>>();
 }
 
 absl::StatusOr<std::string> RunPdserveCapture(

@@ -18,6 +18,7 @@
 #include "common/metrics/prometheus_text.h"
 #include "common/util/subprocess.h"
 #include "grpcpp/security/credentials.h"
+#include "nlohmann/json.hpp"
 #include "pdserve/v1/generate.grpc.pb.h"
 #include "pdserve/v1/worker.grpc.pb.h"
 #include "tools/client/generate_client.h"
@@ -155,6 +156,11 @@ absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& argv,
 // Runs `pdserve complete` with `args` and returns its stdout.
 absl::StatusOr<std::string> RunPdserveCapture(
     const std::vector<std::string>& args, absl::Duration timeout);
+
+// The JSON line `pdserve complete --json --threads=1 <flags>` prints for
+// one request (checked to hold output_ids).
+absl::StatusOr<nlohmann::json> CompleteJson(
+    const std::vector<std::string>& flags);
 
 // The output ids of `pdserve complete --json --threads=1 --prompt_ids=<ids>
 // <flags>`: the in-process engine's answer, the reference for a request sent

@@ -55,26 +55,17 @@ class ExactnessTest : public ::testing::Test {
 
   // `pdserve complete --input_jsonl` of one request line: its output ids.
   // `pdserve complete`'s JSON result for one JSONL request line.
-  static absl::StatusOr<nlohmann::json> CompleteJson(
+  static absl::StatusOr<nlohmann::json> CompleteJsonLine(
       const nlohmann::json& line, std::vector<std::string> extra_flags = {}) {
     TempDir dir;
     const std::string input = dir.path() + "/request.jsonl";
     std::ofstream(input) << line.dump() << "\n";
-    std::vector<std::string> args = {"complete", "--json", "--threads=1",
-                                     "--input_jsonl=" + input};
-    args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-    auto out = RunPdserveCapture(args, absl::Seconds(60));
-    if (!out.ok()) return out.status();
-    auto j = nlohmann::json::parse(*out, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || !j.contains("output_ids")) {
-      return absl::InternalError("pdserve complete printed no output_ids: " +
-                                 *out);
-    }
-    return j;
+    extra_flags.push_back("--input_jsonl=" + input);
+    return CompleteJson(extra_flags);
   }
   static absl::StatusOr<std::vector<int32_t>> CompleteLine(
       const nlohmann::json& line) {
-    auto j = CompleteJson(line);
+    auto j = CompleteJsonLine(line);
     if (!j.ok()) return j.status();
     return (*j)["output_ids"].get<std::vector<int32_t>>();
   }
@@ -348,11 +339,11 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
     }
     for (const auto& flags :
          {std::vector<std::string>{}, {"--prefill_chunk_tokens=7"}}) {
-      auto complete = CompleteJson({{"prompt_ids", prompt},
-                                    {"max_tokens", 4},
-                                    {"top_logprobs", kTop},
-                                    {"prompt_logprobs", kTop}},
-                                   flags);
+      auto complete = CompleteJsonLine({{"prompt_ids", prompt},
+                                        {"max_tokens", 4},
+                                        {"top_logprobs", kTop},
+                                        {"prompt_logprobs", kTop}},
+                                       flags);
       ASSERT_TRUE(complete.ok()) << complete.status();
       const nlohmann::json& pl = (*complete)["prompt_logprobs"];
       ASSERT_EQ(pl.size(), prompt.size());

@@ -64,6 +64,23 @@ class HttpTest : public ::testing::Test {
     return json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
   }
 
+  // The data chunks of a streamed completion (200, before "[DONE]").
+  static std::vector<json> StreamChunks(const json& body) {
+    std::vector<json> chunks;
+    auto reply = HttpRequest(port_, "POST", "/v1/completions", body.dump());
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    if (!reply.ok()) return chunks;
+    EXPECT_EQ(reply->status, 200) << reply->body;
+    auto events = ParseSseEvents(reply->body);
+    EXPECT_TRUE(events.ok()) << events.status() << "\n" << reply->body;
+    if (!events.ok()) return chunks;
+    EXPECT_TRUE(!events->empty() && events->back() == "[DONE]") << reply->body;
+    for (size_t i = 0; i + 1 < events->size(); ++i) {
+      chunks.push_back(json::parse((*events)[i]));
+    }
+    return chunks;
+  }
+
   static Cluster* cluster_;
   static int port_;
   static std::vector<ReferenceCase> cases_;
@@ -187,18 +204,14 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   }
   // Streamed: the same entries, the prompt's in the first chunk.
   body["stream"] = true;
-  auto reply = HttpRequest(port_, "POST", "/v1/completions", body.dump());
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  ASSERT_EQ(reply->status, 200) << reply->body;
-  auto events = ParseSseEvents(reply->body);
-  ASSERT_TRUE(events.ok()) << events.status() << "\n" << reply->body;
+  const std::vector<json> chunks = StreamChunks(body);
+  ASSERT_FALSE(chunks.empty());
   json streamed = {{"tokens", json::array()},
                    {"token_logprobs", json::array()},
                    {"top_logprobs", json::array()},
                    {"text_offset", json::array()}};
-  for (size_t i = 0; i + 1 < events->size(); ++i) {
-    const json chunk = json::parse((*events)[i]);
-    const json& delta = chunk["choices"][0]["logprobs"];
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const json& delta = chunks[i]["choices"][0]["logprobs"];
     if (i == 0) {
       EXPECT_GE(delta["tokens"].size(), n) << "first chunk";
     }
@@ -223,14 +236,9 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   EXPECT_EQ(only["usage"]["completion_tokens"], 0);
   EXPECT_EQ(only["usage"]["prompt_tokens"], n);
   body["stream"] = true;
-  auto only_stream = HttpRequest(port_, "POST", "/v1/completions", body.dump());
-  ASSERT_TRUE(only_stream.ok()) << only_stream.status();
-  auto only_events = ParseSseEvents(only_stream->body);
-  ASSERT_TRUE(only_events.ok()) << only_events.status();
   std::string only_text;
   std::vector<int32_t> only_ids;
-  for (size_t i = 0; i + 1 < only_events->size(); ++i) {
-    const json chunk = json::parse((*only_events)[i]);
+  for (const json& chunk : StreamChunks(body)) {
     only_text += chunk["choices"][0]["text"].get<std::string>();
     for (int32_t id : IdsOf(chunk["choices"][0]["logprobs"]["tokens"])) {
       only_ids.push_back(id);
