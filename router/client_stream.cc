@@ -20,14 +20,16 @@ ClientStream::ClientStream(ResponseSink* sink, std::string request_id,
   }
 }
 
+void ClientStream::AttachPromptIds(v1::GenerateResponse* msg) const {
+  if (msg->prompt_ids_size() > 0) return;
+  for (int32_t id : req_.prompt_ids) msg->add_prompt_ids(id);
+}
+
 void ClientStream::TakePromptLogprobs(v1::GenerateResponse* msg) {
   if (!pending_prompt_logprobs_.has_value()) return;
   msg->mutable_prompt_logprobs()->Swap(&*pending_prompt_logprobs_);
   pending_prompt_logprobs_.reset();
-  // The ids they score (also on the final message).
-  if (msg->prompt_ids_size() == 0) {
-    for (int32_t id : req_.prompt_ids) msg->add_prompt_ids(id);
-  }
+  AttachPromptIds(msg);  // the ids they score
 }
 
 bool ClientStream::Send(
@@ -51,6 +53,11 @@ bool ClientStream::Send(
   }
   msg.set_text(std::move(text));
   TakePromptLogprobs(&msg);
+  // The first message carries the prompt's ids when logprobs are asked for
+  // (the context of the tokens' texts; the ids prompt_logprobs score).
+  if (!sent_any_ && (req_.logprobs || req_.prompt_logprobs >= 0)) {
+    AttachPromptIds(&msg);
+  }
   sent_any_ = true;
   if (!sink_->Write(msg)) return false;
   const absl::Time now = absl::Now();

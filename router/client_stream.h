@@ -39,10 +39,11 @@ class ClientStream {
   // the usage counts of the whole stream.
   bool Finish(const std::string& finish_reason, v1::StageTimings timings);
 
-  // Prompt logprobs for the next message written (Send's or Finish's).
+  // Prompt logprobs for the next message written (Send's or Finish's);
+  // none (empty) changes nothing.
   void SetPromptLogprobs(
       const google::protobuf::RepeatedPtrField<v1::GeneratedToken>& scores) {
-    pending_prompt_logprobs_ = scores;
+    if (!scores.empty()) pending_prompt_logprobs_ = scores;
   }
 
   bool stopped() const { return matcher_.stopped(); }
@@ -62,6 +63,8 @@ class ClientStream {
 
  private:
   void TakePromptLogprobs(v1::GenerateResponse* msg);
+  // Adds req_.prompt_ids unless msg has them already.
+  void AttachPromptIds(v1::GenerateResponse* msg) const;
 
   ResponseSink* const sink_;
   const std::string request_id_;

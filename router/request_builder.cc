@@ -349,6 +349,7 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                        "], got ", request.top_logprobs()));
     }
     s.top_logprobs = request.top_logprobs();
+    out.logprobs = true;
   }
   if (sp.logit_bias_size() > limits.max_logit_bias) {
     return Invalid("logit_bias",

@@ -80,6 +80,9 @@ struct ResolvedRequest {
   bool include_stop_str_in_output = false;  // keep the stop string's text
   bool skip_special_tokens = true;
   int prompt_logprobs = -1;  // >= 0: score the prompt (-1: off)
+  // top_logprobs was set: the first message carries prompt_ids too, so the
+  // client can read each token's text in context.
+  bool logprobs = false;
 };
 
 // `tokenizer` may be null (token-id input only).

@@ -1,5 +1,6 @@
 // IncrementalDetokenizer (declared in tokenizer.h).
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/tokenizer/tokenizer.h"
@@ -22,6 +23,12 @@ bool EndsWithReplacement(const std::string& s) {
 
 bool StartsWith(const std::string& s, const std::string& prefix) {
   return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+absl::Status CheckTokenId(const Tokenizer& tok, int32_t id) {
+  if (id >= 0 && id < tok.vocab_size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "token id ", id, " is out of range [0, ", tok.vocab_size(), ")"));
 }
 
 }  // namespace
@@ -65,24 +72,27 @@ absl::StatusOr<std::string> IncrementalDetokenizer::DecodeFrom(
   return tok_.Decode(absl::MakeConstSpan(ids_).subspan(begin), skip_special_);
 }
 
-std::string IncrementalDetokenizer::Emit(const std::string& new_text) {
-  std::string delta;
+std::string IncrementalDetokenizer::DeltaAfterPrefix(
+    const std::string& new_text) const {
   if (StartsWith(new_text, prefix_text_)) {
-    delta = new_text.substr(prefix_text_.size());
-  } else {
-    // Only for an invalid byte-fallback run (see the header): emit what
-    // follows the common prefix, from a character boundary.
-    size_t common = 0;
-    while (common < prefix_text_.size() && common < new_text.size() &&
-           prefix_text_[common] == new_text[common]) {
-      ++common;
-    }
-    while (common > 0 &&
-           (static_cast<unsigned char>(new_text[common]) & 0xC0) == 0x80) {
-      --common;
-    }
-    delta = new_text.substr(common);
+    return new_text.substr(prefix_text_.size());
   }
+  // Only for an invalid byte-fallback run (see the header): emit what
+  // follows the common prefix, from a character boundary.
+  size_t common = 0;
+  while (common < prefix_text_.size() && common < new_text.size() &&
+         prefix_text_[common] == new_text[common]) {
+    ++common;
+  }
+  while (common > 0 &&
+         (static_cast<unsigned char>(new_text[common]) & 0xC0) == 0x80) {
+    --common;
+  }
+  return new_text.substr(common);
+}
+
+std::string IncrementalDetokenizer::Emit(const std::string& new_text) {
+  std::string delta = DeltaAfterPrefix(new_text);
   // Slide the window: the new prefix is the part just emitted, unless its
   // text alone is empty (then keep the older, non-empty prefix).
   auto tail = DecodeFrom(read_offset_);
@@ -98,16 +108,24 @@ std::string IncrementalDetokenizer::Emit(const std::string& new_text) {
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Add(int32_t id) {
-  if (id < 0 || id >= tok_.vocab_size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "token id ", id, " is out of range [0, ", tok_.vocab_size(), ")"));
-  }
+  RETURN_IF_ERROR(CheckTokenId(tok_, id));
   ids_.push_back(id);
   ASSIGN_OR_RETURN(std::string new_text, DecodeFrom(prefix_offset_));
   if (new_text.size() <= prefix_text_.size() || EndsWithReplacement(new_text)) {
     return std::string();
   }
   return Emit(new_text);
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Peek(int32_t id) const {
+  RETURN_IF_ERROR(CheckTokenId(tok_, id));
+  std::vector<int32_t> window(ids_.begin() + prefix_offset_, ids_.end());
+  window.push_back(id);
+  ASSIGN_OR_RETURN(std::string new_text, tok_.Decode(window, skip_special_));
+  if (new_text.size() <= prefix_text_.size() || EndsWithReplacement(new_text)) {
+    return std::string();
+  }
+  return DeltaAfterPrefix(new_text);
 }
 
 std::string IncrementalDetokenizer::Flush() {

@@ -106,12 +106,18 @@ class IncrementalDetokenizer {
                          absl::Span<const int32_t> prompt_ids = {});
   // INVALID_ARGUMENT for an out-of-range id (the id is not kept).
   absl::StatusOr<std::string> Add(int32_t id);
+  // What Add(id) would return now, without adding it (the text an
+  // alternative token would have added in this place).
+  absl::StatusOr<std::string> Peek(int32_t id) const;
   // Emits whatever is held back (e.g. an incomplete UTF-8 tail as U+FFFD).
   std::string Flush();
 
  private:
   absl::StatusOr<std::string> DecodeFrom(size_t begin) const;
   std::string Emit(const std::string& new_text);
+  // The part of new_text (a decode of the window plus new ids) after the
+  // window's known text prefix_text_.
+  std::string DeltaAfterPrefix(const std::string& new_text) const;
 
   const Tokenizer& tok_;
   bool skip_special_;

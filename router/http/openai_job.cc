@@ -168,30 +168,42 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (parsed_.logprobs) {
       logprobs_delta =
           chat_ ? json{{"content", json::array()}} : EmptyCompletionLogprobs();
-      if (first && !chat_ && parsed_.echo) {
+      const bool echo_scores = !chat_ && parsed_.echo;
+      if (!choice.token_texts.has_value()) {
+        // The first message carries the prompt's ids: the context of the
+        // first generated token's text, or (echo) the prompt's own tokens.
+        std::vector<int32_t> context;
+        if (!echo_scores) {
+          context.assign(msg.prompt_ids().begin(), msg.prompt_ids().end());
+        }
+        choice.token_texts.emplace(tok, parsed_.tokens_as_ids, context);
+      }
+      TokenTexts& texts = *choice.token_texts;
+      if (first && echo_scores) {
         // The echoed prompt's tokens come first, each scored by the ones
         // before it (the first by none: null).
-        AppendPromptCompletionLogprobs(tok, msg, parsed_.tokens_as_ids,
-                                       &logprobs_delta);
-        choice.next_offset = AppendPromptCompletionLogprobs(
-            tok, msg, parsed_.tokens_as_ids, &choice.logprobs);
+        choice.next_offset =
+            AppendPromptCompletionLogprobs(msg, &texts, &logprobs_delta);
       }
       int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
         if (parsed_.echo_only) break;
+        const TokenTexts::Entry entry = texts.Next(t.id(), t.top_logprobs());
         if (chat_) {
-          json entry = ChatLogprob(tok, t, parsed_.tokens_as_ids);
-          logprobs_delta["content"].push_back(entry);
-          choice.logprobs["content"].push_back(std::move(entry));
+          logprobs_delta["content"].push_back(ChatLogprob(entry, t));
         } else {
-          AppendCompletionLogprob(tok, t, parsed_.tokens_as_ids, offset,
-                                  &logprobs_delta);
-          AppendCompletionLogprob(tok, t, parsed_.tokens_as_ids, offset,
-                                  &choice.logprobs);
-          offset += CodePoints(TokenText(tok, t.id(), /*as_id=*/false));
+          AppendCompletionLogprob(entry, t, offset, &logprobs_delta);
+          offset += entry.code_points;
         }
       }
       choice.next_offset = offset;
+      if (chat_) {
+        for (const json& e : logprobs_delta["content"]) {
+          choice.logprobs["content"].push_back(e);
+        }
+      } else {
+        ExtendCompletionLogprobs(logprobs_delta, &choice.logprobs);
+      }
     }
     choice.text += text;
     if (msg.finished()) {

@@ -21,6 +21,7 @@
 #include "router/generation_core.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_request.h"
+#include "router/http/openai_response.h"
 
 namespace pdserve::openai {
 
@@ -45,6 +46,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     // messages' boundaries: streamed and whole responses agree.
     int64_t next_offset = 0;
     nlohmann::json logprobs;  // chat: {"content": [...]}; completions shape
+    std::optional<TokenTexts> token_texts;  // from the first message
     std::string finish_reason;
     int prompt_tokens = 0;
     int completion_tokens = 0;

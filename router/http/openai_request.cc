@@ -375,7 +375,9 @@ std::optional<ParsedRequest> ParseChatRequest(const json& body,
     parsed.top_logprobs = static_cast<int>(*v);
   }
   if (!f.ok()) return std::nullopt;
-  if (parsed.top_logprobs > 0) proto.set_top_logprobs(parsed.top_logprobs);
+  // Set even at 0: the router then sends the prompt's ids first, for the
+  // token texts in context (openai_response.h TokenTexts).
+  if (parsed.logprobs) proto.set_top_logprobs(parsed.top_logprobs);
   parsed.prompts.push_back(std::move(proto));
   parsed.prompt_texts.emplace_back(std::nullopt);
   return parsed;
@@ -419,7 +421,9 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
              "ranking of candidates)");
     }
   }
-  if (parsed.top_logprobs > 0) proto.set_top_logprobs(parsed.top_logprobs);
+  // Set even at 0: the router then sends the prompt's ids first, for the
+  // token texts in context (openai_response.h TokenTexts).
+  if (parsed.logprobs) proto.set_top_logprobs(parsed.top_logprobs);
   // echo with logprobs scores the prompt's tokens too (lm-eval-harness's
   // loglikelihood requests), with as many alternatives.
   if (parsed.echo && parsed.logprobs) {

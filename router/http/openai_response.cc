@@ -75,10 +75,33 @@ std::string OpenAiFinishReason(const std::string& reason) {
   return reason == "length" ? "length" : "stop";
 }
 
-std::string TokenText(const Tokenizer* tokenizer, int32_t id, bool as_id) {
-  if (as_id || tokenizer == nullptr) return absl::StrCat("token_id:", id);
-  auto text = tokenizer->Decode({id}, /*skip_special_tokens=*/false);
-  return text.ok() ? *text : "";
+TokenTexts::TokenTexts(const Tokenizer* tokenizer, bool as_ids,
+                       absl::Span<const int32_t> context)
+    : tokenizer_(tokenizer), as_ids_(as_ids) {
+  if (tokenizer_ != nullptr) {
+    detok_.emplace(*tokenizer_, /*skip_special_tokens=*/false, context);
+  }
+}
+
+std::string TokenTexts::Shown(int32_t id, const std::string& text) const {
+  return as_ids_ || !detok_.has_value() ? absl::StrCat("token_id:", id) : text;
+}
+
+TokenTexts::Entry TokenTexts::Next(
+    int32_t id,
+    const google::protobuf::RepeatedPtrField<pdserve::v1::TopLogprob>&
+        alternatives) {
+  Entry entry;
+  for (const auto& alt : alternatives) {
+    std::string text;
+    if (detok_.has_value()) text = detok_->Peek(alt.token_id()).value_or("");
+    entry.alternatives.push_back(Shown(alt.token_id(), text));
+  }
+  std::string text;
+  if (detok_.has_value()) text = detok_->Add(id).value_or("");
+  entry.code_points = CodePoints(text);
+  entry.token = Shown(id, text);
+  return entry;
 }
 
 namespace {
@@ -91,19 +114,18 @@ json Bytes(const std::string& s) {
 
 }  // namespace
 
-json ChatLogprob(const Tokenizer* tokenizer,
-                 const pdserve::v1::GeneratedToken& token, bool as_ids) {
-  const std::string text = TokenText(tokenizer, token.id(), as_ids);
+json ChatLogprob(const TokenTexts::Entry& texts,
+                 const pdserve::v1::GeneratedToken& token) {
   json top = json::array();
-  for (const auto& alt : token.top_logprobs()) {
-    const std::string alt_text = TokenText(tokenizer, alt.token_id(), as_ids);
+  for (int i = 0; i < token.top_logprobs_size(); ++i) {
+    const std::string& alt_text = texts.alternatives[i];
     top.push_back({{"token", alt_text},
-                   {"logprob", alt.logprob()},
+                   {"logprob", token.top_logprobs(i).logprob()},
                    {"bytes", Bytes(alt_text)}});
   }
-  return json{{"token", text},
+  return json{{"token", texts.token},
               {"logprob", token.logprob()},
-              {"bytes", Bytes(text)},
+              {"bytes", Bytes(texts.token)},
               {"top_logprobs", std::move(top)}};
 }
 
@@ -120,37 +142,48 @@ int64_t CodePoints(const std::string& s) {
   return n;
 }
 
-int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
-                                       const pdserve::v1::GenerateResponse& msg,
-                                       bool as_ids, json* logprobs) {
+int64_t AppendPromptCompletionLogprobs(const pdserve::v1::GenerateResponse& msg,
+                                       TokenTexts* texts, json* logprobs) {
+  static const google::protobuf::RepeatedPtrField<pdserve::v1::TopLogprob>
+      kNone;
   int64_t offset = 0;
   for (int t = 0; t < msg.prompt_ids_size(); ++t) {
     const int32_t id = msg.prompt_ids(t);
     if (t == 0 || t > msg.prompt_logprobs_size()) {
-      (*logprobs)["tokens"].push_back(TokenText(tokenizer, id, as_ids));
+      const TokenTexts::Entry entry = texts->Next(id, kNone);
+      (*logprobs)["tokens"].push_back(entry.token);
       (*logprobs)["token_logprobs"].push_back(nullptr);
       (*logprobs)["top_logprobs"].push_back(nullptr);
       (*logprobs)["text_offset"].push_back(offset);
+      offset += entry.code_points;
     } else {
-      AppendCompletionLogprob(tokenizer, msg.prompt_logprobs(t - 1), as_ids,
-                              offset, logprobs);
+      const pdserve::v1::GeneratedToken& scored = msg.prompt_logprobs(t - 1);
+      const TokenTexts::Entry entry = texts->Next(id, scored.top_logprobs());
+      AppendCompletionLogprob(entry, scored, offset, logprobs);
+      offset += entry.code_points;
     }
-    offset += CodePoints(TokenText(tokenizer, id, /*as_id=*/false));
   }
   return offset;
 }
 
-void AppendCompletionLogprob(const Tokenizer* tokenizer,
+void AppendCompletionLogprob(const TokenTexts::Entry& texts,
                              const pdserve::v1::GeneratedToken& token,
-                             bool as_ids, int64_t offset, json* logprobs) {
-  (*logprobs)["tokens"].push_back(TokenText(tokenizer, token.id(), as_ids));
+                             int64_t offset, json* logprobs) {
+  (*logprobs)["tokens"].push_back(texts.token);
   (*logprobs)["token_logprobs"].push_back(token.logprob());
   json top = json::object();
-  for (const auto& alt : token.top_logprobs()) {
-    top[TokenText(tokenizer, alt.token_id(), as_ids)] = alt.logprob();
+  for (int i = 0; i < token.top_logprobs_size(); ++i) {
+    top[texts.alternatives[i]] = token.top_logprobs(i).logprob();
   }
   (*logprobs)["top_logprobs"].push_back(std::move(top));
   (*logprobs)["text_offset"].push_back(offset);
+}
+
+void ExtendCompletionLogprobs(const json& more, json* logprobs) {
+  for (const char* list :
+       {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const json& v : more[list]) (*logprobs)[list].push_back(v);
+  }
 }
 
 }  // namespace pdserve::openai

@@ -8,8 +8,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "pdserve/v1/generate.pb.h"
@@ -48,33 +50,66 @@ void SendError(http::Responder& responder, int http_status,
 // terms ("length" or "stop").
 std::string OpenAiFinishReason(const std::string& reason);
 
-// The text of one token for logprobs: its decoded piece (special tokens
-// included), or "token_id:N" when `as_id` (vLLM's
-// return_tokens_as_token_ids).
-std::string TokenText(const Tokenizer* tokenizer, int32_t id, bool as_id);
+// The texts of one choice's logprob tokens, each read in context: a token's
+// text is what it adds to the decoded text of the tokens before it (as the
+// streamed text is decoded, special tokens included), so a SentencePiece
+// word keeps its leading space (" upon", not "upon"), a character split over
+// byte tokens is read whole on its last token (the others read ""), and the
+// texts of a choice's tokens concatenate to its text. An alternative reads
+// what it would have added in the chosen token's place. With `as_ids`
+// (vLLM's return_tokens_as_token_ids) tokens read "token_id:N" while the
+// offsets still count the texts. One per choice; not thread-safe.
+class TokenTexts {
+ public:
+  // `context`: the ids before the first token read (the prompt, or none
+  // when the prompt's own tokens are read first). `tokenizer` may be null
+  // (token-id input only): tokens read "token_id:N" and count no text.
+  TokenTexts(const Tokenizer* tokenizer, bool as_ids,
+             absl::Span<const int32_t> context);
+
+  struct Entry {
+    std::string token;                      // as shown
+    int64_t code_points = 0;                // of its text (text_offset unit)
+    std::vector<std::string> alternatives;  // as shown, in order
+  };
+  // Reads `id` at the next position with `alternatives` (empty for none),
+  // then moves past `id`.
+  Entry Next(int32_t id,
+             const google::protobuf::RepeatedPtrField<pdserve::v1::TopLogprob>&
+                 alternatives);
+
+ private:
+  std::string Shown(int32_t id, const std::string& text) const;
+
+  const Tokenizer* const tokenizer_;
+  const bool as_ids_;
+  std::optional<IncrementalDetokenizer> detok_;
+};
 
 // One chat logprobs entry: {"token", "logprob", "bytes", "top_logprobs"}.
-nlohmann::json ChatLogprob(const Tokenizer* tokenizer,
-                           const pdserve::v1::GeneratedToken& token,
-                           bool as_ids);
+nlohmann::json ChatLogprob(const TokenTexts::Entry& texts,
+                           const pdserve::v1::GeneratedToken& token);
 
 // Unicode code points of UTF-8 text (OpenAI's text_offset unit).
 int64_t CodePoints(const std::string& s);
 
 // Completions with echo and logprobs: the prompt's tokens (msg.prompt_ids,
-// scored by msg.prompt_logprobs; the first token: null) appended to
-// `logprobs`, text offsets from 0; returns the offset after them.
-int64_t AppendPromptCompletionLogprobs(const Tokenizer* tokenizer,
-                                       const pdserve::v1::GenerateResponse& msg,
-                                       bool as_ids, nlohmann::json* logprobs);
+// scored by msg.prompt_logprobs; the first token: null), read by `texts`
+// (made without context), appended to `logprobs` with text offsets from 0;
+// returns the offset after them.
+int64_t AppendPromptCompletionLogprobs(const pdserve::v1::GenerateResponse& msg,
+                                       TokenTexts* texts,
+                                       nlohmann::json* logprobs);
 
 // Appends one token to a completions logprobs object {"tokens",
 // "token_logprobs", "top_logprobs", "text_offset"}; `offset` is where the
 // token's text starts: code points of the token texts before it.
-void AppendCompletionLogprob(const Tokenizer* tokenizer,
+void AppendCompletionLogprob(const TokenTexts::Entry& texts,
                              const pdserve::v1::GeneratedToken& token,
-                             bool as_ids, int64_t offset,
-                             nlohmann::json* logprobs);
+                             int64_t offset, nlohmann::json* logprobs);
+// Appends each list of a completions logprobs object `more` to `logprobs`.
+void ExtendCompletionLogprobs(const nlohmann::json& more,
+                              nlohmann::json* logprobs);
 nlohmann::json EmptyCompletionLogprobs();
 
 }  // namespace pdserve::openai

@@ -64,6 +64,13 @@ class HttpTest : public ::testing::Test {
     return json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
   }
 
+  static json EmptyLogprobs() {
+    return {{"tokens", json::array()},
+            {"token_logprobs", json::array()},
+            {"top_logprobs", json::array()},
+            {"text_offset", json::array()}};
+  }
+
   // The data chunks of a streamed completion (200, before "[DONE]").
   static std::vector<json> StreamChunks(const json& body) {
     std::vector<json> chunks;
@@ -206,10 +213,7 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   body["stream"] = true;
   const std::vector<json> chunks = StreamChunks(body);
   ASSERT_FALSE(chunks.empty());
-  json streamed = {{"tokens", json::array()},
-                   {"token_logprobs", json::array()},
-                   {"top_logprobs", json::array()},
-                   {"text_offset", json::array()}};
+  json streamed = EmptyLogprobs();
   for (size_t i = 0; i < chunks.size(); ++i) {
     const json& delta = chunks[i]["choices"][0]["logprobs"];
     if (i == 0) {
@@ -256,6 +260,92 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   body.erase("echo");
   json refused = Post("/v1/completions", body, 400);
   EXPECT_EQ(refused["error"]["param"], "max_tokens") << refused.dump();
+}
+
+// Logprob tokens are read in context: each is the text it adds after the
+// tokens before it (a SentencePiece word keeps its leading space), so the
+// tokens concatenate to the text, text_offset is each token's place in it,
+// and an alternative reads as the chosen token does in the same place.
+// Streamed and whole agree; with echo the prompt's tokens read the same way.
+TEST_F(HttpTest, LogprobTokensAreReadInContextAndConcatenateToTheText) {
+  auto code_points = [](const std::string& s) {
+    int64_t n = 0;
+    for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+    return n;
+  };
+  // Tokens from `first_generated` on are greedy's.
+  auto check = [&](const json& choice, const std::string& want_text,
+                   size_t first_generated) {
+    const json& lp = choice["logprobs"];
+    ASSERT_TRUE(lp.is_object()) << choice.dump();
+    std::string joined;
+    bool spaced = false;
+    for (size_t i = 0; i < lp["tokens"].size(); ++i) {
+      const std::string token = lp["tokens"][i];
+      EXPECT_EQ(lp["text_offset"][i].get<int64_t>(), code_points(joined)) << i;
+      spaced = spaced || (!token.empty() && token[0] == ' ');
+      joined += token;
+      // Greedy: the chosen token is the most likely alternative, read alike.
+      if (i >= first_generated) {
+        ASSERT_TRUE(lp["top_logprobs"][i].contains(token))
+            << i << " " << lp["top_logprobs"][i].dump();
+        EXPECT_EQ(lp["top_logprobs"][i][token], lp["token_logprobs"][i]) << i;
+      }
+    }
+    EXPECT_EQ(joined, want_text);
+    EXPECT_TRUE(spaced) << "no token kept its leading space: " << lp.dump();
+  };
+  json body = {{"prompt", "Once upon a time,"},
+               {"max_tokens", 24},
+               {"temperature", 0},
+               {"ignore_eos", true},
+               {"logprobs", 2}};
+  json whole = Post("/v1/completions", body, 200);
+  ASSERT_TRUE(whole.contains("choices")) << whole.dump();
+  const std::string text = whole["choices"][0]["text"];
+  // The first token's text needs the prompt as context: a word after ",".
+  ASSERT_EQ(text.substr(0, 1), " ") << text;
+  ASSERT_EQ(whole["choices"][0]["logprobs"]["tokens"].size(), 24u);
+  check(whole["choices"][0], text, 0);
+  body["stream"] = true;
+  json streamed = {{"logprobs", EmptyLogprobs()}};
+  std::string streamed_text;
+  for (const json& chunk : StreamChunks(body)) {
+    streamed_text += chunk["choices"][0]["text"].get<std::string>();
+    const json& delta = chunk["choices"][0]["logprobs"];
+    for (const char* key :
+         {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+      for (const json& v : delta[key]) streamed["logprobs"][key].push_back(v);
+    }
+  }
+  EXPECT_EQ(streamed_text, text);
+  EXPECT_EQ(streamed["logprobs"], whole["choices"][0]["logprobs"]);
+  // Echo of a token-id prompt: its text is the prompt's decode (special
+  // tokens included), then the output; the tokens concatenate to it.
+  const ReferenceCase& c = cases_[1];
+  body.erase("stream");
+  body["prompt"] = c.prompt_ids;
+  body["echo"] = true;
+  json echoed = Post("/v1/completions", body, 200);
+  ASSERT_TRUE(echoed.contains("choices")) << echoed.dump();
+  EXPECT_EQ(echoed["choices"][0]["logprobs"]["tokens"].size(),
+            c.prompt_ids.size() + 24);
+  check(echoed["choices"][0], echoed["choices"][0]["text"],
+        c.prompt_ids.size());
+  // A character split over byte tokens (<0xE2> <0x82> <0xAC>: U+20AC) reads
+  // whole on its last token, the others "".
+  body["prompt"] = {1, 229, 133, 175};
+  body["max_tokens"] = 4;
+  json bytes = Post("/v1/completions", body, 200);
+  ASSERT_TRUE(bytes.contains("choices")) << bytes.dump();
+  const json& blp = bytes["choices"][0]["logprobs"];
+  EXPECT_EQ(std::vector<json>(blp["tokens"].begin(), blp["tokens"].begin() + 4),
+            (std::vector<json>{"<s>", "", "", "\xE2\x82\xAC"}))
+      << blp.dump();
+  EXPECT_EQ(std::vector<json>(blp["text_offset"].begin(),
+                              blp["text_offset"].begin() + 5),
+            (std::vector<json>{0, 3, 3, 3, 4}));
+  check(bytes["choices"][0], bytes["choices"][0]["text"], 4);
 }
 
 TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {

@@ -52,6 +52,28 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         JSON.stringify(usage));
 }
 
+// 1b. Logprob tokens are read in context: they concatenate to the content,
+//     their bytes to its UTF-8, and greedy's top alternative reads as the
+//     chosen token.
+{
+  const r = await client.chat.completions.create({
+    model, messages: expect.chat.messages, max_tokens: 16, temperature: 0,
+    logprobs: true, top_logprobs: 2, ignore_eos: true,
+  });
+  const c = r.choices[0];
+  const entries = c.logprobs.content;
+  const joined = entries.map((e) => e.token).join("");
+  check("chat logprobs: tokens concatenate to the content",
+        entries.length === 16 && joined === c.message.content,
+        `${JSON.stringify(joined)} vs ${JSON.stringify(c.message.content)}`);
+  check("chat logprobs: bytes concatenate to the content's UTF-8",
+        Buffer.from(entries.flatMap((e) => e.bytes)).equals(Buffer.from(c.message.content, "utf8")));
+  check("chat logprobs: greedy's top alternative is the chosen token, read alike",
+        entries.every((e) => e.top_logprobs.length === 2 && e.top_logprobs[0].token === e.token &&
+                      e.top_logprobs[0].logprob === e.logprob),
+        JSON.stringify(entries.slice(0, 3)));
+}
+
 // 2. A non-streamed completion of the reference prompt.
 {
   const r = await client.completions.create({

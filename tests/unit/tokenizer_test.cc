@@ -32,14 +32,21 @@ const Tokenizer& Get(const std::string& path) {
 }
 
 // Streams `ids` through an IncrementalDetokenizer; checks every delta is
-// valid UTF-8 and returns the concatenation.
+// valid UTF-8 and equals what Peek read before it (after peeking other ids,
+// which must change nothing), and returns the concatenation.
 std::string Stream(const Tokenizer& tok, const std::vector<int32_t>& ids,
                    bool skip_special, const std::vector<int32_t>& prompt = {}) {
   IncrementalDetokenizer detok(tok, skip_special, prompt);
   std::string all;
   for (int32_t id : ids) {
+    for (int32_t other : {0, id / 2, tok.vocab_size() - 1}) {
+      EXPECT_TRUE(detok.Peek(other).ok());
+    }
+    auto peeked = detok.Peek(id);
     auto delta = detok.Add(id);
     EXPECT_TRUE(delta.ok()) << delta.status();
+    EXPECT_TRUE(peeked.ok()) << peeked.status();
+    if (delta.ok() && peeked.ok()) EXPECT_EQ(*peeked, *delta) << "id " << id;
     EXPECT_TRUE(IsValidUtf8(*delta)) << "id " << id;
     all += *delta;
   }
@@ -210,6 +217,8 @@ TEST(BadInput, OutOfRangeIdsAreRejected) {
     EXPECT_NE(text.status().message().find(std::to_string(id)),
               std::string::npos);
     IncrementalDetokenizer detok(tok, false);
+    EXPECT_EQ(detok.Peek(id).status().code(),
+              absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(detok.Add(id).status().code(),
               absl::StatusCode::kInvalidArgument);
     EXPECT_EQ(detok.Add(15496).value(), "Hello");
