@@ -58,7 +58,8 @@ ABSL_FLAG(int32_t, top_logprobs, 0,
           "return the K most likely tokens per position");
 ABSL_FLAG(int32_t, prompt_logprobs, -1,
           "score the prompt: each prompt token's logprob given the ones "
-          "before it, with the K most likely alternatives (-1 = off)");
+          "before it, its rank, and the K most likely alternatives (-1 = "
+          "off)");
 ABSL_FLAG(std::vector<std::string>, stop, {}, "stop strings (comma-separated)");
 ABSL_FLAG(std::vector<std::string>, stop_token_ids, {},
           "extra stop token ids (comma-separated)");

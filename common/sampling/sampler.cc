@@ -138,6 +138,11 @@ SampledToken ScoreToken(absl::Span<const float> logits, int32_t id,
   SampledToken result;
   result.id = id;
   SetLogprobs(logits, LogPartition(logits), id, top_logprobs, &result);
+  const ByValueDesc before{logits.data()};
+  result.rank = 1;
+  for (int32_t t = 0; t < static_cast<int32_t>(logits.size()); ++t) {
+    result.rank += before(t, id);
+  }
   return result;
 }
 

@@ -45,6 +45,9 @@ struct SampledToken {
   int32_t id = -1;
   float logprob = 0.0f;  // log_softmax of the raw logits
   std::vector<std::pair<int32_t, float>> top_logprobs;  // best first
+  // ScoreToken only: 1 + the tokens ranked before `id` (larger logit, or
+  // equal with a smaller id: the order of top_logprobs); 0 when not set.
+  int32_t rank = 0;
 };
 
 // Checks ranges (temperature >= 0, top_p in (0, 1], ...); INVALID_ARGUMENT.

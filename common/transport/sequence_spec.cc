@@ -75,7 +75,9 @@ void ToWirePromptLogprobs(
     const std::vector<SampledToken>& scores,
     google::protobuf::RepeatedPtrField<pdserve::v1::GeneratedToken>* out) {
   for (const SampledToken& t : scores) {
-    ToWireToken(t.id, t.logprob, t.top_logprobs, out->Add());
+    auto* token = out->Add();
+    ToWireToken(t.id, t.logprob, t.top_logprobs, token);
+    token->set_rank(t.rank);
   }
 }
 

@@ -182,8 +182,8 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
       if (first && echo_scores) {
         // The echoed prompt's tokens come first, each scored by the ones
         // before it (the first by none: null).
-        choice.next_offset =
-            AppendPromptCompletionLogprobs(msg, &texts, &logprobs_delta);
+        choice.next_offset = AppendPromptCompletionLogprobs(
+            msg, parsed_.top_logprobs, &texts, &logprobs_delta);
       }
       int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
@@ -204,6 +204,11 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
       } else {
         ExtendCompletionLogprobs(logprobs_delta, &choice.logprobs);
       }
+    }
+    if (first && parsed_.prompt_logprobs.has_value()) {
+      TokenTexts prompt_texts(tok, parsed_.tokens_as_ids, {});
+      choice.prompt_logprobs =
+          VllmPromptLogprobs(msg, *parsed_.prompt_logprobs, &prompt_texts);
     }
     choice.text += text;
     if (msg.finished()) {
@@ -316,9 +321,17 @@ void GenerationJob::Complete() {
     }
     entry["logprobs"] = parsed_.logprobs ? c.logprobs : json(nullptr);
     entry["finish_reason"] = c.finish_reason;
+    // vLLM puts a completion's prompt logprobs on each choice, a chat's on
+    // the response (below).
+    if (!chat_ && parsed_.prompt_logprobs.has_value()) {
+      entry["prompt_logprobs"] = c.prompt_logprobs;
+    }
     choices.push_back(std::move(entry));
   }
   body["choices"] = std::move(choices);
+  if (chat_ && parsed_.prompt_logprobs.has_value()) {
+    body["prompt_logprobs"] = choices_[0].prompt_logprobs;
+  }
   body["usage"] = Usage();
   api_->metrics()->CountHttpRequest(endpoint_, 200);
   responder_->Send(200, "application/json", DumpJson(body));

@@ -47,6 +47,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     int64_t next_offset = 0;
     nlohmann::json logprobs;  // chat: {"content": [...]}; completions shape
     std::optional<TokenTexts> token_texts;  // from the first message
+    nlohmann::json prompt_logprobs;         // vLLM's, when asked for
     std::string finish_reason;
     int prompt_tokens = 0;
     int completion_tokens = 0;

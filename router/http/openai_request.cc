@@ -1,5 +1,6 @@
 #include "router/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -92,6 +93,12 @@ class Fields {
   const json& body_;
   RequestError* error_;
 };
+
+// Asks the pipeline to score the prompt with at least `alternatives`
+// alternatives (echo with logprobs and prompt_logprobs may both ask).
+void ScorePrompt(int alternatives, v1::GenerateRequest& proto) {
+  proto.set_prompt_logprobs(std::max(proto.prompt_logprobs(), alternatives));
+}
 
 // The fields chat and completions share: length, sampling, stopping, n,
 // streaming. Fills `parsed` and `proto` (the template of every prompt).
@@ -188,6 +195,16 @@ void ReadCommon(Fields& f, ParsedRequest& parsed, v1::GenerateRequest& proto) {
     proto.set_min_tokens(static_cast<int32_t>(*v));
   }
   if (auto v = f.Bool("return_tokens_as_token_ids")) parsed.tokens_as_ids = *v;
+  if (auto v = f.Int("prompt_logprobs", 0, 20)) {
+    if (parsed.stream) {
+      f.Fail("prompt_logprobs",
+             "'prompt_logprobs' is not available with 'stream': true (as in "
+             "vLLM); use a non-streamed request, or 'echo' with 'logprobs' "
+             "on /v1/completions");
+    }
+    parsed.prompt_logprobs = static_cast<int>(*v);
+    ScorePrompt(parsed.prompt_logprobs.value(), proto);
+  }
   if (auto v = f.Bool("skip_special_tokens")) proto.set_skip_special_tokens(*v);
   if (auto v = f.Bool("include_stop_str_in_output")) {
     proto.set_include_stop_str_in_output(*v);
@@ -426,9 +443,7 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
   if (parsed.logprobs) proto.set_top_logprobs(parsed.top_logprobs);
   // echo with logprobs scores the prompt's tokens too (lm-eval-harness's
   // loglikelihood requests), with as many alternatives.
-  if (parsed.echo && parsed.logprobs) {
-    proto.set_prompt_logprobs(parsed.top_logprobs);
-  }
+  if (parsed.echo && parsed.logprobs) ScorePrompt(parsed.top_logprobs, proto);
   // prompt: a string, a list of strings, a list of token ids, or a list of
   // such lists.
   if (!f.Has("prompt")) {

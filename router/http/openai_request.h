@@ -41,6 +41,10 @@ struct ParsedRequest {
   int top_logprobs = 0;
   // vLLM's return_tokens_as_token_ids: logprob tokens read "token_id:N".
   bool tokens_as_ids = false;
+  // vLLM's prompt_logprobs extra (not with stream): each prompt token's
+  // logprob, rank and this many alternatives, in the response's
+  // `prompt_logprobs`.
+  std::optional<int> prompt_logprobs;
   // Set when the client sent a seed; choice i then uses ChoiceSeed(seed, i).
   std::optional<uint64_t> seed;
   std::vector<pdserve::v1::GenerateRequest> prompts;

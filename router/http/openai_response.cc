@@ -142,28 +142,79 @@ int64_t CodePoints(const std::string& s) {
   return n;
 }
 
+namespace {
+
+// Prompt token t's score with at most `alternatives` alternatives; an entry
+// without any for the first token (and for ids no score covers).
+pdserve::v1::GeneratedToken PromptScore(
+    const pdserve::v1::GenerateResponse& msg, int t, int alternatives) {
+  pdserve::v1::GeneratedToken scored;
+  if (t == 0 || t > msg.prompt_logprobs_size()) {
+    scored.set_id(msg.prompt_ids(t));
+    return scored;
+  }
+  scored = msg.prompt_logprobs(t - 1);
+  auto* top = scored.mutable_top_logprobs();
+  if (top->size() > alternatives) {
+    top->DeleteSubrange(alternatives, top->size() - alternatives);
+  }
+  return scored;
+}
+
+bool IsScored(const pdserve::v1::GenerateResponse& msg, int t) {
+  return t > 0 && t <= msg.prompt_logprobs_size();
+}
+
+}  // namespace
+
 int64_t AppendPromptCompletionLogprobs(const pdserve::v1::GenerateResponse& msg,
-                                       TokenTexts* texts, json* logprobs) {
-  static const google::protobuf::RepeatedPtrField<pdserve::v1::TopLogprob>
-      kNone;
+                                       int alternatives, TokenTexts* texts,
+                                       json* logprobs) {
   int64_t offset = 0;
   for (int t = 0; t < msg.prompt_ids_size(); ++t) {
-    const int32_t id = msg.prompt_ids(t);
-    if (t == 0 || t > msg.prompt_logprobs_size()) {
-      const TokenTexts::Entry entry = texts->Next(id, kNone);
+    const pdserve::v1::GeneratedToken scored =
+        PromptScore(msg, t, alternatives);
+    const TokenTexts::Entry entry =
+        texts->Next(msg.prompt_ids(t), scored.top_logprobs());
+    if (IsScored(msg, t)) {
+      AppendCompletionLogprob(entry, scored, offset, logprobs);
+    } else {
       (*logprobs)["tokens"].push_back(entry.token);
       (*logprobs)["token_logprobs"].push_back(nullptr);
       (*logprobs)["top_logprobs"].push_back(nullptr);
       (*logprobs)["text_offset"].push_back(offset);
-      offset += entry.code_points;
-    } else {
-      const pdserve::v1::GeneratedToken& scored = msg.prompt_logprobs(t - 1);
-      const TokenTexts::Entry entry = texts->Next(id, scored.top_logprobs());
-      AppendCompletionLogprob(entry, scored, offset, logprobs);
-      offset += entry.code_points;
     }
+    offset += entry.code_points;
   }
   return offset;
+}
+
+json VllmPromptLogprobs(const pdserve::v1::GenerateResponse& msg,
+                        int alternatives, TokenTexts* texts) {
+  json list = json::array();
+  for (int t = 0; t < msg.prompt_ids_size(); ++t) {
+    const pdserve::v1::GeneratedToken scored =
+        PromptScore(msg, t, alternatives);
+    const TokenTexts::Entry entry =
+        texts->Next(msg.prompt_ids(t), scored.top_logprobs());
+    if (!IsScored(msg, t)) {
+      list.push_back(nullptr);
+      continue;
+    }
+    json position = json::object();
+    position[std::to_string(scored.id())] = {{"logprob", scored.logprob()},
+                                             {"rank", scored.rank()},
+                                             {"decoded_token", entry.token}};
+    for (int i = 0; i < scored.top_logprobs_size(); ++i) {
+      const std::string key = std::to_string(scored.top_logprobs(i).token_id());
+      if (position.contains(key)) continue;  // the token itself
+      position[key] = {{"logprob", scored.top_logprobs(i).logprob()},
+                       {"rank", i + 1},
+                       {"decoded_token", entry.alternatives[i]}};
+    }
+    list.push_back(std::move(position));
+  }
+  return list;
 }
 
 void AppendCompletionLogprob(const TokenTexts::Entry& texts,

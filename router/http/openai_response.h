@@ -94,12 +94,20 @@ nlohmann::json ChatLogprob(const TokenTexts::Entry& texts,
 int64_t CodePoints(const std::string& s);
 
 // Completions with echo and logprobs: the prompt's tokens (msg.prompt_ids,
-// scored by msg.prompt_logprobs; the first token: null), read by `texts`
-// (made without context), appended to `logprobs` with text offsets from 0;
-// returns the offset after them.
+// scored by msg.prompt_logprobs with at most `alternatives` alternatives
+// each; the first token: null), read by `texts` (made without context),
+// appended to `logprobs` with text offsets from 0; returns the offset after
+// them.
 int64_t AppendPromptCompletionLogprobs(const pdserve::v1::GenerateResponse& msg,
-                                       TokenTexts* texts,
+                                       int alternatives, TokenTexts* texts,
                                        nlohmann::json* logprobs);
+
+// vLLM's `prompt_logprobs` list: null for the first prompt token, then for
+// each other {"<id>": {"logprob", "rank", "decoded_token"}} holding the
+// token itself and its `alternatives` most likely ones (ranks 1, 2, ...),
+// read by `texts` (made without context).
+nlohmann::json VllmPromptLogprobs(const pdserve::v1::GenerateResponse& msg,
+                                  int alternatives, TokenTexts* texts);
 
 // Appends one token to a completions logprobs object {"tokens",
 // "token_logprobs", "top_logprobs", "text_offset"}; `offset` is where the

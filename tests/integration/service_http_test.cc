@@ -348,6 +348,72 @@ TEST_F(HttpTest, LogprobTokensAreReadInContextAndConcatenateToTheText) {
   check(bytes["choices"][0], bytes["choices"][0]["text"], 4);
 }
 
+// vLLM's prompt_logprobs extra (chat: in sdk_test.mjs): per completion
+// choice, null first, then for each prompt token {"<id>": {"logprob", "rank",
+// "decoded_token"}} with the token itself and the K most likely; equal to
+// gRPC's prompt_logprobs, the texts to echo's; refused with stream.
+TEST_F(HttpTest, PromptLogprobsHaveVllmsShapeAndRanks) {
+  const ReferenceCase& c = cases_[1];
+  const size_t n = c.prompt_ids.size();
+  json body = {{"prompt", c.prompt_ids}, {"max_tokens", 1}, {"temperature", 0},
+               {"prompt_logprobs", 20},  {"echo", true},    {"logprobs", 0}};
+  json r = Post("/v1/completions", body, 200);
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  const json& pl = r["choices"][0]["prompt_logprobs"];
+  const json& echo_tokens = r["choices"][0]["logprobs"]["tokens"];
+  ASSERT_EQ(pl.size(), n) << pl.dump();
+  EXPECT_TRUE(pl[0].is_null());
+  v1::GenerateRequest req = IdsRequest(c.prompt_ids, 1);
+  req.set_prompt_logprobs(20);
+  auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_EQ(g->prompt_logprobs.size(), n - 1);
+  for (size_t t = 1; t < n; ++t) {
+    SCOPED_TRACE(t);
+    const v1::GeneratedToken& want = g->prompt_logprobs[t - 1];
+    const std::string id = std::to_string(c.prompt_ids[t]);
+    ASSERT_TRUE(pl[t].contains(id)) << pl[t].dump();
+    EXPECT_EQ(pl[t][id]["logprob"].get<float>(), want.logprob());
+    EXPECT_EQ(pl[t][id]["rank"], want.rank());
+    EXPECT_EQ(pl[t][id]["decoded_token"], echo_tokens[t]);
+    // The token's rank is its place among the alternatives (when there).
+    ASSERT_EQ(want.top_logprobs_size(), 20);
+    int place = 0;
+    for (int i = 0; i < 20; ++i) {
+      const v1::TopLogprob& alt = want.top_logprobs(i);
+      const std::string key = std::to_string(alt.token_id());
+      ASSERT_TRUE(pl[t].contains(key));
+      EXPECT_EQ(pl[t][key]["logprob"].get<float>(), alt.logprob());
+      if (alt.token_id() == c.prompt_ids[t]) {
+        place = i + 1;
+      } else {
+        EXPECT_EQ(pl[t][key]["rank"], i + 1);
+      }
+    }
+    if (place > 0) {
+      EXPECT_EQ(want.rank(), place);
+      EXPECT_EQ(pl[t].size(), 20u);
+    } else {
+      EXPECT_GT(want.rank(), 20);
+      EXPECT_EQ(pl[t].size(), 21u);
+    }
+  }
+  // K = 0: the prompt token alone.
+  body["prompt_logprobs"] = 0;
+  json zero = Post("/v1/completions", body, 200);
+  for (size_t t = 1; t < n; ++t) {
+    EXPECT_EQ(zero["choices"][0]["prompt_logprobs"][t].size(), 1u) << t;
+  }
+  // Refused: with stream, and out of range.
+  body["stream"] = true;
+  EXPECT_EQ(Post("/v1/completions", body, 400)["error"]["param"],
+            "prompt_logprobs");
+  body.erase("stream");
+  body["prompt_logprobs"] = 21;
+  EXPECT_EQ(Post("/v1/completions", body, 400)["error"]["param"],
+            "prompt_logprobs");
+}
+
 TEST_F(HttpTest, EmptyPromptGeneratesFromBosAlone) {
   json r = Post("/v1/completions",
                 {{"prompt", ""},

@@ -120,6 +120,26 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         JSON.stringify(lp.token_logprobs));
 }
 
+// 2d. vLLM's prompt_logprobs on chat: on the response, null then one entry
+//     per prompt token, each with the token itself (rank, logprob, text)
+//     and its most likely alternative.
+{
+  const r = await client.chat.completions.create({
+    model, messages: expect.chat.messages, max_tokens: 1, temperature: 0, prompt_logprobs: 1,
+  });
+  const pl = r.prompt_logprobs;
+  check("chat prompt_logprobs: null, then one entry per prompt token",
+        Array.isArray(pl) && pl.length === expect.chat.prompt_tokens && pl[0] === null,
+        JSON.stringify(pl?.slice(0, 2)));
+  check("chat prompt_logprobs: each the token and its best alternative",
+        Array.isArray(pl) && pl.slice(1).every((e) => {
+          const v = Object.values(e);
+          return v.length >= 1 && v.length <= 2 && v.some((x) => x.rank === 1) &&
+                 v.every((x) => Number.isInteger(x.rank) && x.logprob <= 0 &&
+                                typeof x.decoded_token === "string");
+        }), JSON.stringify(pl?.slice(1, 3)));
+}
+
 // 3. Seeded sampling equals gRPC with the same seed.
 {
   const r = await client.completions.create({

@@ -263,6 +263,20 @@ TEST(Sampler, ValidateRejectsBadValues) {
   }
 }
 
+// A scored token's rank is its place in the order of top_logprobs (larger
+// logit first, ties by smaller id), 1 for the most likely.
+TEST(Sampler, ScoreTokenRanksByTheTopLogprobsOrder) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, 2.0f, -1.0f};
+  const std::vector<int32_t> order = {1, 2, 3, 0, 4};
+  for (size_t i = 0; i < order.size(); ++i) {
+    const SampledToken scored = ScoreToken(logits, order[i], 5);
+    EXPECT_EQ(scored.rank, static_cast<int32_t>(i + 1)) << order[i];
+    ASSERT_EQ(scored.top_logprobs.size(), 5u);
+    EXPECT_EQ(scored.top_logprobs[i].first, order[i]);
+    EXPECT_EQ(scored.top_logprobs[i].second, scored.logprob);
+  }
+}
+
 TEST(Stop, EosStopIdsMaxTokensAndIgnoreEos) {
   StopParams s;
   s.eos_ids = {2, 1};

@@ -150,7 +150,7 @@ nlohmann::json ResultToJson(const GenerateResult& r) {
       std::vector<std::pair<int32_t, float>> top;
       for (const auto& tl : t.top_logprobs())
         top.emplace_back(tl.token_id(), tl.logprob());
-      pl.push_back(ScoredTokenJson(t.id(), t.logprob(), top));
+      pl.push_back(ScoredTokenJson(t.id(), t.logprob(), t.rank(), top));
     }
     j["prompt_logprobs"] = pl;
   }

@@ -239,7 +239,7 @@ void PrintResult(const CompletionResult& r, bool json, bool with_logprobs,
     // null for the first prompt token (nothing before it scores it).
     nlohmann::json pl = nlohmann::json::array({nullptr});
     for (const SampledToken& t : r.prompt_logprobs) {
-      pl.push_back(ScoredTokenJson(t.id, t.logprob, t.top_logprobs));
+      pl.push_back(ScoredTokenJson(t.id, t.logprob, t.rank, t.top_logprobs));
     }
     j["prompt_logprobs"] = pl;
   }
