@@ -270,13 +270,14 @@ TEST_F(ExactnessTest, MinTokensHoldsEosBackInEveryModeAndEqualsComplete) {
 struct Scored {
   int32_t id;
   float logprob;
+  int32_t rank;
   std::vector<std::pair<int32_t, float>> top;
   bool operator==(const Scored&) const = default;
 };
 std::vector<Scored> ScoresOf(const GenerateResult& r) {
   std::vector<Scored> out;
   for (const v1::GeneratedToken& t : r.prompt_logprobs) {
-    Scored s{t.id(), t.logprob(), {}};
+    Scored s{t.id(), t.logprob(), t.rank(), {}};
     for (const auto& a : t.top_logprobs()) {
       s.top.emplace_back(a.token_id(), a.logprob());
     }
@@ -290,8 +291,9 @@ std::vector<Scored> ScoresOf(const GenerateResult& r) {
 // every mode (the prefill worker scores the prompt when it prefills it, the
 // decode worker when it does), over a prompt longer than one scoring pass,
 // and to `pdserve complete` (also chunked 7 tokens at a time); the scores
-// of a generated continuation are the logprobs it was generated with; a
-// repeated request, whose prefix the workers hold cached, is scored in full.
+// of a generated continuation are the logprobs it was generated with (rank
+// 1, greedy); a repeated request, whose prefix the workers hold cached, is
+// scored in full.
 TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
   const ReferenceCase& c = cases_[2];
   constexpr int kTop = 3, kGen = 20;
@@ -328,6 +330,7 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
       ASSERT_EQ(scores[0][t].id, prompt[t + 1]) << t;
       ASSERT_LE(scores[0][t].logprob, 0.0f) << t;
       ASSERT_EQ(scores[0][t].top.size(), static_cast<size_t>(kTop)) << t;
+      ASSERT_GE(scores[0][t].rank, 1) << t;
     }
     if (prompt.size() == scored_prompt.size()) {
       // Greedy: each generated token is its own top alternative.
@@ -335,6 +338,7 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
         const Scored& s = scores[0][c.prompt_ids.size() - 1 + i];
         EXPECT_EQ(s.top, generated->top_logprobs[i]) << i;
         EXPECT_EQ(s.logprob, generated->top_logprobs[i][0].second) << i;
+        EXPECT_EQ(s.rank, 1) << i;
       }
     }
     for (const auto& flags :
@@ -350,7 +354,10 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
       EXPECT_TRUE(pl[0].is_null());
       std::vector<Scored> from_complete;
       for (size_t t = 1; t < pl.size(); ++t) {
-        Scored s{pl[t]["id"].get<int32_t>(), pl[t]["logprob"].get<float>(), {}};
+        Scored s{pl[t]["id"].get<int32_t>(),
+                 pl[t]["logprob"].get<float>(),
+                 pl[t]["rank"].get<int32_t>(),
+                 {}};
         for (const auto& a : pl[t]["top_logprobs"]) {
           s.top.emplace_back(a[0].get<int32_t>(), a[1].get<float>());
         }
