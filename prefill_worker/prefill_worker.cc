@@ -127,6 +127,11 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
     return ToGrpcStatus(
         absl::InvalidArgumentError("prompt_logprobs must be in [0, 100]"));
   }
+  if (spec.stop().max_tokens() <= 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "max_tokens must be positive (a prompt-only request, max_tokens 0, "
+        "is computed by a decode worker)"));
+  }
   if (spec.prompt_ids_size() + spec.stop().max_tokens() >
       engine_->config().max_position_embeddings) {
     return ToGrpcStatus(

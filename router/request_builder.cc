@@ -230,10 +230,13 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   int max_tokens = limits.default_max_tokens;
   if (request.has_max_tokens()) {
     max_tokens = request.max_tokens();
-    if (max_tokens <= 0) {
-      return Invalid(
-          "max_tokens",
-          absl::StrCat("max_tokens must be positive, got ", max_tokens));
+    // 0: the prompt alone, computed and scored (prompt_logprobs).
+    if (max_tokens < 0 || (max_tokens == 0 && !request.has_prompt_logprobs())) {
+      return Invalid("max_tokens",
+                     absl::StrCat("max_tokens must be positive (0 only with "
+                                  "prompt_logprobs: the prompt scored alone), "
+                                  "got ",
+                                  max_tokens));
     }
     if (max_tokens > limits.max_tokens_cap) {
       return Invalid("max_tokens", absl::StrCat("max_tokens ", max_tokens,

@@ -140,7 +140,7 @@ void RequestRun::StartAttempt() {
   a.worker_request_id = absl::StrCat(worker_key_, "#", attempt_no_);
   const int remaining = stream_.request().stop.max_tokens -
                         static_cast<int>(stream_.generated().size());
-  if (remaining <= 0) {
+  if (remaining <= 0 && !stream_.generated().empty()) {
     // D failed after its last token but before its final message.
     stream_.Finish("length", a.timings);
     return End(absl::OkStatus());
@@ -236,6 +236,12 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   const RouterOptions& o = *env_.options;
   v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
   prefill_hint_.request_tokens = prompt_tokens;  // P holds the prompt
+  if (stream_.request().stop.max_tokens == 0) {
+    // The prompt alone (scored): no KV to hand to a decode worker, which
+    // computes it itself.
+    decision.set_reason("prompt_only");
+    return absl::OkStatus();
+  }
   // No prefill worker routable at all: each is down, or refused this
   // request as full (its queue at --max_prefill_queue; a busy worker that
   // accepts is no reason). The decode worker prefills instead, when

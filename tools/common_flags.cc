@@ -43,7 +43,9 @@ ABSL_FLAG(std::string, chat_template, "",
           "chat template file (default: the model's tokenizer_config.json "
           "chat_template)");
 
-ABSL_FLAG(int32_t, max_tokens, 64, "maximum tokens to generate");
+ABSL_FLAG(int32_t, max_tokens, 64,
+          "maximum tokens to generate (0 with --prompt_logprobs: score the "
+          "prompt alone)");
 ABSL_FLAG(double, temperature, 0.0, "sampling temperature (0 = greedy)");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling probability mass, in (0, 1]");
 ABSL_FLAG(int32_t, top_k, 0, "keep the k most likely tokens (0 = off)");

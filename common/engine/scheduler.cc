@@ -75,9 +75,14 @@ absl::Status GenerationScheduler::ValidateRequest(
                        config.vocab_size, ")"));
     }
   }
-  if (request->stop.max_tokens <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_tokens must be positive, got ", request->stop.max_tokens));
+  // max_tokens 0: the prompt alone, computed and scored (nothing else
+  // would come of it).
+  if (request->stop.max_tokens < 0 ||
+      (request->stop.max_tokens == 0 && request->prompt_logprobs < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_tokens must be positive (0 only with "
+                     "prompt_logprobs: the prompt scored alone), got ",
+                     request->stop.max_tokens));
   }
   if (request->stop.min_tokens < 0 ||
       request->stop.min_tokens > request->stop.max_tokens) {
@@ -342,6 +347,15 @@ bool GenerationScheduler::Step() {
         r.prefilled += r.step_tokens;
         prefill_tokens += r.step_tokens;
         if (!items[i].want_logits) continue;
+        if (r.req.stop.max_tokens == 0) {  // the prompt alone: scored, done
+          TokenEvent event;
+          event.has_token = false;
+          event.prompt_logprobs = std::move(r.prompt_scores);
+          r.scoring_prompt = false;
+          event.finish_reason = "length";
+          Finish(r, std::move(event));
+          continue;
+        }
       } else {
         ++decode_tokens;
       }

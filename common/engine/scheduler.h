@@ -47,6 +47,8 @@ struct GenerationRequest {
   // event carries, for each prompt token after the first, its raw logprob
   // given the ones before it and this many most likely alternatives. Such
   // a request computes its whole prompt (no cached prefix is attached).
+  // With stop.max_tokens 0 it is the prompt alone: one final event
+  // ("length", no token) carries the scores.
   int prompt_logprobs = -1;
 };
 

@@ -83,9 +83,10 @@ bool GenerationScheduler::Admit() {
     if (r->seq >= 0) engine_->FreeSequence(r->seq);
     Finish(*r, EndEvent("error", status));
   }
-  // An imported request may already be complete (max_tokens == 1).
+  // An imported request may already be complete (max_tokens == 1); a
+  // prompt-only one (max_tokens 0) ends when its prompt is computed.
   for (auto& r : running_) {
-    if (!r->finished &&
+    if (!r->finished && !r->prefilling() &&
         static_cast<int>(r->output.size()) >= r->req.stop.max_tokens) {
       Finish(*r, EndEvent("length"));
     }

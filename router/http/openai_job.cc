@@ -157,8 +157,7 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (finished_) return false;
     Choice& choice = choices_[c];
     const Tokenizer* tok = api_->core()->tokenizer();
-    // Echo without generation: the one token computed is not the client's.
-    std::string text = parsed_.echo_only ? "" : msg.text();
+    std::string text = msg.text();
     const bool first = !choice.sent_any;
     choice.sent_any = true;
     if (first && echo_[choice.prompt].has_value()) {
@@ -187,7 +186,6 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
       }
       int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
-        if (parsed_.echo_only) break;
         const TokenTexts::Entry entry = texts.Next(t.id(), t.top_logprobs());
         if (chat_) {
           logprobs_delta["content"].push_back(ChatLogprob(entry, t));
@@ -212,12 +210,9 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     }
     choice.text += text;
     if (msg.finished()) {
-      choice.finish_reason = parsed_.echo_only
-                                 ? "length"
-                                 : OpenAiFinishReason(msg.finish_reason());
+      choice.finish_reason = OpenAiFinishReason(msg.finish_reason());
       choice.prompt_tokens = msg.usage().prompt_tokens();
-      choice.completion_tokens =
-          parsed_.echo_only ? 0 : msg.usage().completion_tokens();
+      choice.completion_tokens = msg.usage().completion_tokens();
     }
     if (parsed_.stream) {
       StartStreamLocked();

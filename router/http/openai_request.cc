@@ -418,12 +418,10 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
     parsed.logprobs = true;
     parsed.top_logprobs = static_cast<int>(*v);
   }
+  // echo with max_tokens 0 (vLLM's echo without generation): the pipeline's
+  // prompt-only request, which computes and scores the prompt alone.
   if (parsed.echo && proto.has_max_tokens() && proto.max_tokens() == 0) {
-    if (proto.min_tokens() > 0) {
-      f.Fail("min_tokens", "'min_tokens' must be 0 with 'max_tokens' 0");
-    }
-    parsed.echo_only = true;
-    proto.set_max_tokens(1);
+    ScorePrompt(0, proto);
   }
   if (f.Has("suffix")) {
     const json& suffix = f.Get("suffix");

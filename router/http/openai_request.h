@@ -31,10 +31,6 @@ struct ParsedRequest {
   bool include_usage = false;  // stream_options.include_usage
   int n = 1;
   bool echo = false;  // completions: the prompt text before the output
-  // Completions with echo and max_tokens 0 (vLLM's echo without
-  // generation, to score a prompt): the prompt alone is returned; one token
-  // is computed (max_tokens 1 on the wire) and dropped.
-  bool echo_only = false;
   // Chat: `logprobs: true`; completions: `logprobs` given (the number of
   // top alternatives is then in top_logprobs).
   bool logprobs = false;

@@ -368,6 +368,56 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
   }
 }
 
+// max_tokens 0 with prompt_logprobs (prompt-only): in every mode a decode
+// worker computes and scores the prompt (reason "prompt_only"), generates
+// nothing and ends with "length"; the scores are those of a generating
+// request and of `pdserve complete`; the prompt may fill the whole context.
+TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredByADecodeWorkerInEveryMode) {
+  const ReferenceCase& c = cases_[2];
+  constexpr int kTop = 3;
+  constexpr size_t kContext = 512;  // stories260K's max_position_embeddings
+  v1::GenerateRequest gen = IdsRequest(c.prompt_ids, 4);
+  gen.set_prompt_logprobs(kTop);
+  auto generating = RunGenerate(cluster_->router(0), gen, absl::Seconds(60));
+  ASSERT_TRUE(generating.ok()) << generating.status();
+  const std::vector<Scored> want = ScoresOf(*generating);
+  ASSERT_EQ(want.size(), c.prompt_ids.size() - 1);
+  std::vector<int32_t> full;  // the whole context
+  while (full.size() < kContext) {
+    full.insert(full.end(), c.prompt_ids.begin(), c.prompt_ids.end());
+  }
+  full.resize(kContext);
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("router mode #", r));
+    for (const auto& prompt : {c.prompt_ids, full}) {
+      v1::GenerateRequest only = IdsRequest(prompt, 0);
+      only.set_prompt_logprobs(kTop);
+      auto result = RunGenerate(cluster_->router(r), only, absl::Seconds(60));
+      ASSERT_TRUE(result.ok()) << result.status();
+      EXPECT_TRUE(result->output_ids.empty());
+      EXPECT_EQ(result->finish_reason, "length");
+      EXPECT_EQ(result->usage.completion_tokens(), 0);
+      EXPECT_EQ(result->timings.prefill_location(), "decode_worker");
+      EXPECT_EQ(result->timings.prefill_decision().reason(), "prompt_only");
+      const std::vector<Scored> got = ScoresOf(*result);
+      ASSERT_EQ(got.size(), prompt.size() - 1);
+      if (prompt.size() == c.prompt_ids.size()) EXPECT_EQ(got, want);
+    }
+  }
+  auto complete = CompleteJsonLine({{"prompt_ids", c.prompt_ids},
+                                    {"max_tokens", 0},
+                                    {"prompt_logprobs", kTop}},
+                                   {});
+  ASSERT_TRUE(complete.ok()) << complete.status();
+  EXPECT_TRUE((*complete)["output_ids"].empty()) << complete->dump();
+  EXPECT_EQ((*complete)["prompt_logprobs"].size(), c.prompt_ids.size());
+  // Without prompt_logprobs there is nothing to return: refused.
+  auto refused = RunGenerate(cluster_->router(0), IdsRequest(c.prompt_ids, 0),
+                             absl::Seconds(60));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(ExactnessTest, KvReallyMovesFromPrefillToDecode) {
   // Counters before, one disaggregated request, counters after.
   std::vector<pb::WorkerStatusResponse> p0, d0;

@@ -250,6 +250,25 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
   }
   EXPECT_EQ(only_text, only["choices"][0]["text"]);
   EXPECT_EQ(only_ids, c.prompt_ids);
+  // Nothing is generated, so the prompt may fill the whole context (512),
+  // as a perplexity window does; with logprobs or without.
+  std::vector<int32_t> full;
+  while (full.size() < 512) {
+    full.insert(full.end(), c.prompt_ids.begin(), c.prompt_ids.end());
+  }
+  full.resize(512);
+  json full_body = {{"prompt", full},   {"max_tokens", 0},
+                    {"echo", true},     {"logprobs", 0},
+                    {"temperature", 0}, {"return_tokens_as_token_ids", true}};
+  json full_only = Post("/v1/completions", full_body, 200);
+  EXPECT_EQ(IdsOf(full_only["choices"][0]["logprobs"]["tokens"]), full);
+  EXPECT_EQ(full_only["usage"]["completion_tokens"], 0);
+  full_body.erase("logprobs");
+  json full_text = Post("/v1/completions", full_body, 200);
+  EXPECT_EQ(full_text["choices"][0]["text"], full_only["choices"][0]["text"]);
+  full_body["max_tokens"] = 1;  // one token more than the context
+  EXPECT_EQ(Post("/v1/completions", full_body, 400)["error"]["param"],
+            "max_tokens");
   // Without logprobs, echo stays text only; max_tokens 0 without echo is
   // refused.
   body.erase("stream");

@@ -95,6 +95,20 @@ TEST(ResolveRequestTest, UnsetFieldsTakeDefaultsAndZeroIsNotUnset) {
       ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
   ASSERT_TRUE(near_full.ok());
   EXPECT_EQ(near_full->stop.max_tokens, 512 - 401);
+  // max_tokens 0 with prompt_logprobs: the prompt alone, up to the whole
+  // context.
+  r.clear_token_ids();
+  for (int i = 0; i < 512; ++i) r.mutable_token_ids()->add_ids(5);
+  r.set_max_tokens(0);
+  r.set_prompt_logprobs(0);
+  auto prompt_only =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits());
+  ASSERT_TRUE(prompt_only.ok()) << prompt_only.status();
+  EXPECT_EQ(prompt_only->stop.max_tokens, 0);
+  r.mutable_token_ids()->add_ids(5);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), RequestLimits())
+          .status()));
 }
 
 TEST(ResolveRequestTest, TextWithoutTokenizerAndBadValues) {
@@ -182,6 +196,18 @@ TEST(ResolveRequestTest, ValidationErrorsNameTheirField) {
   EXPECT_EQ(field_of([](Req& r) { r.mutable_sampling()->set_top_p(0); }),
             "top_p");
   EXPECT_EQ(field_of([](Req& r) { r.set_max_tokens(0); }), "max_tokens");
+  EXPECT_EQ(field_of([](Req& r) { r.set_max_tokens(-1); }), "max_tokens");
+  EXPECT_EQ(field_of([](Req& r) {
+              r.set_max_tokens(-1);
+              r.set_prompt_logprobs(0);
+            }),
+            "max_tokens");
+  EXPECT_EQ(field_of([](Req& r) {
+              r.set_max_tokens(0);
+              r.set_prompt_logprobs(0);
+              r.set_min_tokens(1);
+            }),
+            "min_tokens");
   EXPECT_EQ(field_of([](Req& r) { r.set_max_tokens(600); }), "max_tokens");
   EXPECT_EQ(field_of([](Req& r) { r.mutable_token_ids()->add_ids(-4); }),
             "prompt");

@@ -555,6 +555,55 @@ TEST(PromptLogprobs, ScoresAreTheLogprobsOfGeneratingThoseTokens) {
   EXPECT_EQ(e->used_blocks(), 0);
 }
 
+// max_tokens 0 with prompt_logprobs: the prompt alone, which may fill the
+// whole context. One final event ("length", no token) carries the scores,
+// equal to those of the same tokens in a request that generates; chunked
+// or not. Without prompt_logprobs, or past the context, it is refused.
+TEST(PromptLogprobs, PromptOnlyRequestScoresTheWholeContextAndStops) {
+  auto e = MakeEngine({});
+  const int context = e->config().max_position_embeddings;
+  GenerationRequest whole;
+  whole.prompt_ids = RandomTokens(77, context);
+  whole.stop.max_tokens = 0;
+  whole.prompt_logprobs = 2;
+  GenerationRequest generating = whole;  // one token shorter, + 1 generated
+  generating.prompt_ids.pop_back();
+  generating.stop.max_tokens = 1;
+  const std::vector<TokenEvent> reference = Events(*e, {}, generating);
+  ASSERT_FALSE(reference.empty());
+  const std::vector<SampledToken>& want = reference[0].prompt_logprobs;
+  ASSERT_EQ(want.size(), static_cast<size_t>(context - 2));
+  for (const int chunk : {0, 7}) {
+    SCOPED_TRACE(absl::StrCat("chunk ", chunk));
+    SchedulerOptions so;
+    so.prefill_chunk_tokens = chunk;
+    const std::vector<TokenEvent> events = Events(*e, so, whole);
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_TRUE(events[0].finished);
+    EXPECT_FALSE(events[0].has_token);
+    EXPECT_EQ(events[0].finish_reason, "length");
+    const std::vector<SampledToken>& got = events[0].prompt_logprobs;
+    ASSERT_EQ(got.size(), static_cast<size_t>(context - 1));
+    for (size_t t = 0; t < want.size(); ++t) {
+      EXPECT_EQ(got[t].id, want[t].id) << t;
+      EXPECT_EQ(got[t].logprob, want[t].logprob) << t;
+      EXPECT_EQ(got[t].rank, want[t].rank) << t;
+      EXPECT_EQ(got[t].top_logprobs, want[t].top_logprobs) << t;
+    }
+    EXPECT_EQ(got.back().id, whole.prompt_ids.back());
+  }
+  EXPECT_EQ(e->used_blocks(), 0);
+  GenerationScheduler s(e.get(), {});
+  GenerationRequest unscored = whole;
+  unscored.prompt_logprobs = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      s.Submit(unscored, [](const TokenEvent&) {}).status()));
+  GenerationRequest too_long = whole;
+  too_long.prompt_ids.push_back(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      s.Submit(too_long, [](const TokenEvent&) {}).status()));
+}
+
 TEST(PromptLogprobs, OutOfRangeIsRefused) {
   auto e = MakeEngine({});
   GenerationScheduler s(e.get(), {});
