@@ -64,6 +64,16 @@ class HttpTest : public ::testing::Test {
     return json::parse(reply->body, nullptr, /*allow_exceptions=*/false);
   }
 
+  // gRPC's prompt_logprobs of `ids` with k alternatives (empty on error).
+  static std::vector<v1::GeneratedToken> GrpcPromptScores(
+      const std::vector<int32_t>& ids, int k) {
+    v1::GenerateRequest req = IdsRequest(ids, 1);
+    req.set_prompt_logprobs(k);
+    auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
+    EXPECT_TRUE(g.ok()) << g.status();
+    return g.ok() ? g->prompt_logprobs : std::vector<v1::GeneratedToken>();
+  }
+
   static json EmptyLogprobs() {
     return {{"tokens", json::array()},
             {"token_logprobs", json::array()},
@@ -199,14 +209,11 @@ TEST_F(HttpTest, EchoWithLogprobsScoresThePromptTokens) {
               lp["text_offset"][t - 1].get<int64_t>());
   }
   // The prompt's scores are gRPC's prompt_logprobs.
-  v1::GenerateRequest req = IdsRequest(c.prompt_ids, 3);
-  req.set_prompt_logprobs(2);
-  auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
-  ASSERT_TRUE(g.ok()) << g.status();
-  ASSERT_EQ(g->prompt_logprobs.size(), n - 1);
+  const std::vector<v1::GeneratedToken> scores =
+      GrpcPromptScores(c.prompt_ids, 2);
+  ASSERT_EQ(scores.size(), n - 1);
   for (size_t t = 1; t < n; ++t) {
-    EXPECT_EQ(lp["token_logprobs"][t].get<float>(),
-              g->prompt_logprobs[t - 1].logprob())
+    EXPECT_EQ(lp["token_logprobs"][t].get<float>(), scores[t - 1].logprob())
         << t;
   }
   // Streamed: the same entries, the prompt's in the first chunk.
@@ -382,14 +389,12 @@ TEST_F(HttpTest, PromptLogprobsHaveVllmsShapeAndRanks) {
   const json& echo_tokens = r["choices"][0]["logprobs"]["tokens"];
   ASSERT_EQ(pl.size(), n) << pl.dump();
   EXPECT_TRUE(pl[0].is_null());
-  v1::GenerateRequest req = IdsRequest(c.prompt_ids, 1);
-  req.set_prompt_logprobs(20);
-  auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
-  ASSERT_TRUE(g.ok()) << g.status();
-  ASSERT_EQ(g->prompt_logprobs.size(), n - 1);
+  const std::vector<v1::GeneratedToken> scores =
+      GrpcPromptScores(c.prompt_ids, 20);
+  ASSERT_EQ(scores.size(), n - 1);
   for (size_t t = 1; t < n; ++t) {
     SCOPED_TRACE(t);
-    const v1::GeneratedToken& want = g->prompt_logprobs[t - 1];
+    const v1::GeneratedToken& want = scores[t - 1];
     const std::string id = std::to_string(c.prompt_ids[t]);
     ASSERT_TRUE(pl[t].contains(id)) << pl[t].dump();
     EXPECT_EQ(pl[t][id]["logprob"].get<float>(), want.logprob());
