@@ -77,9 +77,9 @@ std::string OpenAiFinishReason(const std::string& reason) {
 
 TokenTexts::TokenTexts(const Tokenizer* tokenizer, bool as_ids,
                        absl::Span<const int32_t> context)
-    : tokenizer_(tokenizer), as_ids_(as_ids) {
-  if (tokenizer_ != nullptr) {
-    detok_.emplace(*tokenizer_, /*skip_special_tokens=*/false, context);
+    : as_ids_(as_ids) {
+  if (tokenizer != nullptr) {
+    detok_.emplace(*tokenizer, /*skip_special_tokens=*/false, context);
   }
 }
 

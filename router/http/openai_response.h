@@ -81,9 +81,8 @@ class TokenTexts {
  private:
   std::string Shown(int32_t id, const std::string& text) const;
 
-  const Tokenizer* const tokenizer_;
   const bool as_ids_;
-  std::optional<IncrementalDetokenizer> detok_;
+  std::optional<IncrementalDetokenizer> detok_;  // none without a tokenizer
 };
 
 // One chat logprobs entry: {"token", "logprob", "bytes", "top_logprobs"}.
