@@ -2,6 +2,8 @@
 
 #include <utf8proc.h>
 
+#include "common/util/utf8.h"
+
 namespace pdserve::jinja {
 namespace {
 
@@ -89,66 +91,17 @@ std::string MapChars(std::string_view s, F f) {
 }  // namespace
 
 char32_t NextChar(std::string_view s, size_t* i) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  const unsigned char b0 = p[*i];
-  if (b0 < 0x80) {
-    ++*i;
-    return b0;
-  }
-  int need;
-  char32_t cp;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 1;
-    cp = b0 & 0x1F;
-  } else if (b0 >= 0xE0 && b0 <= 0xEF) {
-    need = 2;
-    cp = b0 & 0x0F;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
-  } else if (b0 >= 0xF0 && b0 <= 0xF4) {
-    need = 3;
-    cp = b0 & 0x07;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
-  } else {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + *i;
+  const int len = utf8::CheckSequence(p, s.size() - *i);
+  if (len < 0) {  // Python's str keeps each invalid byte as one character
     ++*i;
     return 0xFFFD;
   }
-  if (*i + need >= n) {
-    ++*i;
-    return 0xFFFD;
-  }
-  for (int k = 1; k <= need; ++k) {
-    const unsigned char b = p[*i + k];
-    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) {
-      ++*i;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  *i += need + 1;
-  return cp;
+  *i += len;
+  return utf8::DecodeValid(p, len);
 }
 
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void AppendUtf8(char32_t cp, std::string* out) { utf8::Append(cp, out); }
 
 bool IsValidUtf8(std::string_view s) {
   size_t i = 0;

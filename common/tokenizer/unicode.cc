@@ -6,42 +6,12 @@
 #include <memory>
 #include <vector>
 
+#include "common/util/utf8.h"
+
 namespace pdserve::tok {
 
 int CheckUtf8Sequence(const unsigned char* p, size_t n) {
-  const unsigned char b0 = p[0];
-  if (b0 < 0x80) return 1;
-  int need;
-  unsigned char lo = 0x80, hi = 0xBF;
-  if (b0 >= 0xC2 && b0 <= 0xDF) {
-    need = 1;
-  } else if (b0 == 0xE0) {
-    need = 2;
-    lo = 0xA0;
-  } else if ((b0 >= 0xE1 && b0 <= 0xEC) || b0 == 0xEE || b0 == 0xEF) {
-    need = 2;
-  } else if (b0 == 0xED) {
-    need = 2;
-    hi = 0x9F;
-  } else if (b0 == 0xF0) {
-    need = 3;
-    lo = 0x90;
-  } else if (b0 >= 0xF1 && b0 <= 0xF3) {
-    need = 3;
-  } else if (b0 == 0xF4) {
-    need = 3;
-    hi = 0x8F;
-  } else {
-    return -1;
-  }
-  for (int k = 1; k <= need; ++k) {
-    if (static_cast<size_t>(k) >= n) return -k;
-    const unsigned char b = p[k];
-    const unsigned char l = k == 1 ? lo : 0x80;
-    const unsigned char h = k == 1 ? hi : 0xBF;
-    if (b < l || b > h) return -k;
-  }
-  return need + 1;
+  return utf8::CheckSequence(p, n);
 }
 
 size_t FindInvalidUtf8(std::string_view s) {
@@ -77,54 +47,16 @@ std::string Utf8Lossy(std::string_view bytes) {
   return out;
 }
 
-int Utf8LeadLength(unsigned char lead) {
-  if (lead < 0x80) return 1;
-  if ((lead & 0xE0) == 0xC0) return 2;
-  if ((lead & 0xF0) == 0xE0) return 3;
-  if ((lead & 0xF8) == 0xF0) return 4;
-  return 1;
-}
+int Utf8LeadLength(unsigned char lead) { return utf8::LeadLength(lead); }
 
 char32_t NextCodePoint(std::string_view s, size_t* i) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + *i;
-  const int len = Utf8LeadLength(p[0]);
-  char32_t cp;
-  switch (len) {
-    case 1:
-      cp = p[0];
-      break;
-    case 2:
-      cp = ((p[0] & 0x1F) << 6) | (p[1] & 0x3F);
-      break;
-    case 3:
-      cp = ((p[0] & 0x0F) << 12) | ((p[1] & 0x3F) << 6) | (p[2] & 0x3F);
-      break;
-    default:
-      cp = ((p[0] & 0x07) << 18) | ((p[1] & 0x3F) << 12) |
-           ((p[2] & 0x3F) << 6) | (p[3] & 0x3F);
-      break;
-  }
+  const int len = utf8::LeadLength(p[0]);
   *i += len;
-  return cp;
+  return utf8::DecodeValid(p, len);
 }
 
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void AppendUtf8(char32_t cp, std::string* out) { utf8::Append(cp, out); }
 
 bool IsWhitespace(char32_t cp) {
   if (cp >= 0x09 && cp <= 0x0D) return true;
