@@ -66,6 +66,7 @@ GenerationJob::GenerationJob(const OpenAiApi* api, ParsedRequest parsed,
       }
     }
     echo_.push_back(std::move(echo));
+    prompt_scores_.emplace_back();
     for (int i = 0; i < parsed_.n; ++i) {
       Choice c;
       c.prompt = static_cast<int>(p);
@@ -101,6 +102,16 @@ void GenerationJob::Launch(const std::vector<int>& choices) {
       if (finished_ || choices_[c].launched) continue;
       choices_[c].launched = true;
       request = parsed_.prompts[choices_[c].prompt];
+      // The prompt's scores are known (the siblings start after the first
+      // message): reuse them rather than computing the whole prompt again
+      // (scoring reuses no cached prefix). A prompt-only request
+      // (max_tokens 0) is nothing but its scores, so it keeps them.
+      const bool prompt_only =
+          request.has_max_tokens() && request.max_tokens() == 0;
+      if (request.has_prompt_logprobs() && !prompt_only &&
+          prompt_scores_[choices_[c].prompt].has_value()) {
+        request.clear_prompt_logprobs();
+      }
     }
     const int i = c % parsed_.n;
     request.set_request_id(absl::StrCat(id_, "-", c));
@@ -163,6 +174,15 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (first && echo_[choice.prompt].has_value()) {
       text = *echo_[choice.prompt] + text;
     }
+    std::optional<v1::GenerateResponse>& stored = prompt_scores_[choice.prompt];
+    if (first && !stored.has_value() && msg.prompt_logprobs_size() > 0) {
+      stored.emplace();
+      *stored->mutable_prompt_ids() = msg.prompt_ids();
+      *stored->mutable_prompt_logprobs() = msg.prompt_logprobs();
+    }
+    // Where this choice reads the prompt's scores (its own, or its prompt's
+    // first choice's).
+    const v1::GenerateResponse& scores = stored.has_value() ? *stored : msg;
     json logprobs_delta;
     if (parsed_.logprobs) {
       logprobs_delta =
@@ -182,7 +202,7 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
         // The echoed prompt's tokens come first, each scored by the ones
         // before it (the first by none: null).
         choice.next_offset = AppendPromptCompletionLogprobs(
-            msg, parsed_.top_logprobs, &texts, &logprobs_delta);
+            scores, parsed_.top_logprobs, &texts, &logprobs_delta);
       }
       int64_t offset = choice.next_offset;
       for (const v1::GeneratedToken& t : msg.tokens()) {
@@ -206,7 +226,7 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
     if (first && parsed_.prompt_logprobs.has_value()) {
       TokenTexts prompt_texts(tok, parsed_.tokens_as_ids, {});
       choice.prompt_logprobs =
-          VllmPromptLogprobs(msg, *parsed_.prompt_logprobs, &prompt_texts);
+          VllmPromptLogprobs(scores, *parsed_.prompt_logprobs, &prompt_texts);
     }
     choice.text += text;
     if (msg.finished()) {

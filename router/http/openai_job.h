@@ -4,7 +4,9 @@
 // body, or streamed as server-sent events (chunks, an optional usage chunk,
 // `data: [DONE]`). The first choice of each prompt starts alone and the
 // other n-1 once it produced its first token, so the prompt is prefilled
-// once and the others hit the prefix cache. An error before anything was
+// once and the others hit the prefix cache; the prompt's scores (echo with
+// logprobs, prompt_logprobs) are computed by that first choice only and
+// shared. An error before anything was
 // streamed is an HTTP error status; after, one `data: {"error": ...}` event.
 // A client that goes away cancels every choice. Thread-safe.
 #ifndef PDSERVE_ROUTER_HTTP_OPENAI_JOB_H_
@@ -85,6 +87,11 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   absl::Mutex mu_;
   std::vector<Choice> choices_ ABSL_GUARDED_BY(mu_);
   std::vector<std::optional<std::string>> echo_ ABSL_GUARDED_BY(mu_);
+  // Per prompt: its ids and scores (prompt_ids, prompt_logprobs) from the
+  // first message that carried them; the choices launched after it do not
+  // score the prompt again.
+  std::vector<std::optional<pdserve::v1::GenerateResponse>> prompt_scores_
+      ABSL_GUARDED_BY(mu_);
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;  // response complete or failed
   int remaining_ ABSL_GUARDED_BY(mu_) = 0;      // choices not done

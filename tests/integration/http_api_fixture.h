@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
@@ -33,6 +34,7 @@ class HttpTest : public ::testing::Test {
     ClusterOptions o;
     o.prefill = 1;
     o.decode = 2;
+    o.common_flags = {"--metrics_port=-1"};
     o.router_flags = {"--http_request_timeout=2s", "--http_idle_timeout=5s",
                       "--http_max_body_bytes=65536"};
     auto c = Cluster::Start(o);
@@ -65,6 +67,31 @@ class HttpTest : public ::testing::Test {
     auto g = RunGenerate(cluster_->router(), req, absl::Seconds(60));
     EXPECT_TRUE(g.ok()) << g.status();
     return g.ok() ? g->prompt_logprobs : std::vector<v1::GeneratedToken>();
+  }
+
+  // Prompt tokens the workers computed so far (all of them), once the
+  // counters stopped moving (a step's counters follow its tokens).
+  static double ComputedPromptTokens() {
+    auto read = [] {
+      double sum = 0;
+      for (int i = 0; i < cluster_->num_prefill(); ++i) {
+        sum += ScrapeRole(cluster_->prefill(i))
+                   .Sum("pdserve_prefill_computed_tokens_total");
+      }
+      for (int i = 0; i < cluster_->num_decode(); ++i) {
+        sum += ScrapeRole(cluster_->decode(i))
+                   .Sum("pdserve_prefill_computed_tokens_total");
+      }
+      return sum;
+    };
+    double last = read();
+    for (int i = 0; i < 20; ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      const double now = read();
+      if (now == last) break;
+      last = now;
+    }
+    return last;
   }
 
   static json EmptyLogprobs() {

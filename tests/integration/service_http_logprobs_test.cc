@@ -2,7 +2,8 @@
 // http_api_fixture.h): echo with logprobs scoring the prompt as gRPC's
 // prompt_logprobs do (max_tokens 0: the prompt alone, up to the whole
 // context), token texts read in context (concatenating to the text), and
-// vLLM's prompt_logprobs extra with ranks.
+// vLLM's prompt_logprobs extra with ranks, shared by the n choices of a
+// prompt.
 #include <string>
 #include <vector>
 
@@ -272,6 +273,60 @@ TEST_F(HttpTest, PromptLogprobsHaveVllmsShapeAndRanks) {
   body["prompt_logprobs"] = 21;
   EXPECT_EQ(Post("/v1/completions", body, 400)["error"]["param"],
             "prompt_logprobs");
+}
+
+// n > 1: every choice of a prompt carries the same prompt scores (echo's
+// entries and vLLM's prompt_logprobs, equal to gRPC's), computed once: the
+// other choices reuse the first one's and its cached prefix rather than
+// computing the whole prompt again (scoring reuses no cached prefix).
+TEST_F(HttpTest, ChoicesOfAPromptShareItsScores) {
+  const ReferenceCase& c = cases_[1];
+  std::vector<int32_t> prompt = c.prompt_ids;  // long enough for full blocks
+  prompt.insert(prompt.end(), c.output_ids.begin(), c.output_ids.end());
+  const size_t n = prompt.size();
+  ASSERT_GE(n, 64u);
+  constexpr int kChoices = 3;
+  const json body = {{"prompt", prompt},
+                     {"max_tokens", 2},
+                     {"n", kChoices},
+                     {"temperature", 1},
+                     {"seed", 11},
+                     {"echo", true},
+                     {"logprobs", 1},
+                     {"prompt_logprobs", 2},
+                     {"return_tokens_as_token_ids", true}};
+  const double before = ComputedPromptTokens();
+  const json r = Post("/v1/completions", body, 200);
+  const double computed = ComputedPromptTokens() - before;
+  ASSERT_EQ(r["choices"].size(), static_cast<size_t>(kChoices)) << r.dump();
+  const json& first = r["choices"][0];
+  ASSERT_EQ(first["prompt_logprobs"].size(), n);
+  const std::vector<v1::GeneratedToken> scores = GrpcPromptScores(prompt, 2);
+  ASSERT_EQ(scores.size(), n - 1);
+  for (size_t t = 1; t < n; ++t) {
+    EXPECT_EQ(first["prompt_logprobs"][t][std::to_string(prompt[t])]["logprob"]
+                  .get<float>(),
+              scores[t - 1].logprob())
+        << t;
+  }
+  for (int i = 0; i < kChoices; ++i) {
+    SCOPED_TRACE(i);
+    const json& choice = r["choices"][i];
+    EXPECT_EQ(choice["prompt_logprobs"], first["prompt_logprobs"]);
+    const json& lp = choice["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), n + 2) << lp.dump();
+    std::vector<int32_t> ids = IdsOf(lp["tokens"]);
+    EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + n), prompt);
+    for (const char* list : {"token_logprobs", "top_logprobs", "text_offset"}) {
+      for (size_t t = 0; t < n; ++t) {
+        EXPECT_EQ(lp[list][t], first["logprobs"][list][t]) << list << " " << t;
+      }
+    }
+  }
+  // The first choice computed the prompt; the others at most their last
+  // partial block each (before: all three computed all of it).
+  EXPECT_GE(computed, static_cast<double>(n));
+  EXPECT_LT(computed, 1.5 * static_cast<double>(n));
 }
 
 }  // namespace
