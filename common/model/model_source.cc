@@ -44,6 +44,20 @@ class CheckpointSource : public ModelSource {
       const std::string& dir) {
     auto src = std::unique_ptr<CheckpointSource>(new CheckpointSource());
     const std::string config_path = dir + "/config.json";
+    struct stat dir_stat;
+    if (stat(dir.c_str(), &dir_stat) != 0 || !S_ISDIR(dir_stat.st_mode)) {
+      return absl::NotFoundError(absl::StrCat(
+          "model '", dir,
+          "' is not a directory; give a Hugging Face model directory "
+          "(config.json, *.safetensors, tokenizer.json), e.g. "
+          "models/stories260K, or synthetic:NAME for random weights at a "
+          "real shape"));
+    }
+    if (stat(config_path.c_str(), &dir_stat) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "model directory '", dir,
+          "' has no config.json: not a Hugging Face model directory"));
+    }
     ASSIGN_OR_RETURN(std::string config_text, ReadFile(config_path));
     ASSIGN_OR_RETURN(src->config_, ParseModelConfig(config_text, config_path));
     ASSIGN_OR_RETURN(src->checkpoint_quant_,

@@ -51,6 +51,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(
   std::error_code ec;
   if (std::filesystem::is_directory(json_path, ec)) {
     json_path /= "tokenizer.json";
+    if (!std::filesystem::exists(json_path, ec)) {
+      return absl::NotFoundError(
+          absl::StrCat("'", path,
+                       "' has no tokenizer.json (the Hugging Face tokenizer "
+                       "file this needs)"));
+    }
+  } else if (!std::filesystem::exists(json_path, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("no such file or directory: '", path,
+                     "' (give a tokenizer.json or the model directory "
+                     "holding one)"));
   }
   ASSIGN_OR_RETURN(std::string json_text, ReadFile(json_path));
   std::string config_text;

@@ -135,12 +135,27 @@ expect 1 "bench-kv-transfer refuses 0 rounds" \
 # aborted on any engine error: it joined a thread it had not started).
 for role in prefill decode; do
   expect 1 "$role with a model that is not there" \
-    "pdserve $role: NOT_FOUND: /nonexistent/config.json" \
+    "pdserve $role: NOT_FOUND: model '/nonexistent' is not a directory" \
+    "models/stories260K" "synthetic:NAME" \
     -- timeout 30 "$PDSERVE" "$role" --model=/nonexistent --port=0
+  expect 1 "$role with a directory that is not a model" \
+    "model directory 'tests/cli' has no config.json" \
+    -- timeout 30 "$PDSERVE" "$role" --model=tests/cli --port=0
   expect 1 "$role with a KV budget above the machine's memory" \
     "--kv_cache_memory: memory size 900TiB exceeds" "MemAvailable" \
     -- timeout 30 "$PDSERVE" "$role" --kv_cache_memory=900TiB --port=0
 done
+# complete names the flag whose path is wrong, and what it wants there.
+expect 2 "complete with a model that is not there (text prompt)" \
+  "cannot load the tokenizer of --model=/nonexistent" \
+  "give a tokenizer.json or the model directory holding one" \
+  -- timeout 30 "$PDSERVE" complete --model=/nonexistent hi
+expect 1 "complete with a model that is not there (token ids)" \
+  "model '/nonexistent' is not a directory" \
+  -- timeout 30 "$PDSERVE" complete --model=/nonexistent --prompt_ids=1,2
+expect 1 "tokenize with a directory holding no tokenizer.json" \
+  "'tests/cli' has no tokenizer.json" \
+  -- timeout 30 "$PDSERVE" tokenize --tokenizer=tests/cli hi
 expect 1 "a negative --threads is refused" "threads must be 0" \
   -- timeout 30 "$PDSERVE" prefill --threads=-2 --port=0
 
@@ -191,6 +206,9 @@ expect 1 "prefill --max_prefill_queue=-1 is refused" \
 expect 1 "generate --concurrency=0 is refused" \
   "--concurrency must be 1 to 1024" \
   -- timeout 20 "$PDSERVE" generate --target=127.0.0.1:1 --concurrency=0 hi
+expect 1 "generate with no router at --target says what to do" \
+  "no router answers at --target=127.0.0.1:1" "pdserve up" \
+  -- timeout 30 "$PDSERVE" generate --target=127.0.0.1:1 hi
 expect 1 "generate refuses an empty --target" "--target is empty" \
   -- timeout 20 "$PDSERVE" generate --target= hi
 expect 1 "bench refuses an empty --target" "--target is empty" \

@@ -257,8 +257,14 @@ int RunComplete(const std::vector<std::string>& args) {
   if (auto tok = LoadTokenizer(); tok.ok()) {
     tokenizer = std::move(*tok);
   } else if (has_text) {
-    std::fprintf(stderr, "complete: cannot tokenize the prompt: %s\n",
-                 tok.status().ToString().c_str());
+    const std::string from =
+        absl::GetFlag(FLAGS_tokenizer).empty()
+            ? "--model=" + absl::GetFlag(FLAGS_model)
+            : "--tokenizer=" + absl::GetFlag(FLAGS_tokenizer);
+    std::fprintf(stderr,
+                 "complete: cannot load the tokenizer of %s to tokenize the "
+                 "prompt: %s\n",
+                 from.c_str(), tok.status().ToString().c_str());
     return 2;
   }
   std::vector<GenerationRequest> requests;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/grpc_util/grpc_util.h"
@@ -200,6 +201,14 @@ int RunGenerateCmd(const std::vector<std::string>& args) {
     std::fprintf(stderr, "pdserve generate: %s: %s\n",
                  absl::StatusCodeToString(result.status().code()).c_str(),
                  std::string(result.status().message()).c_str());
+    if (absl::IsUnavailable(result.status()) &&
+        absl::StrContains(result.status().message(), "failed to connect")) {
+      std::fprintf(stderr,
+                   "pdserve generate: no router answers at --target=%s; "
+                   "start one (`pdserve up --port=PORT` runs a local "
+                   "cluster) or point --target at a running router\n",
+                   absl::GetFlag(FLAGS_target).c_str());
+    }
     return 1;
   }
   if (json) {
