@@ -127,10 +127,11 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
     return ToGrpcStatus(
         absl::InvalidArgumentError("prompt_logprobs must be in [0, 100]"));
   }
-  if (spec.stop().max_tokens() <= 0) {
+  if (spec.stop().max_tokens() < 0 ||
+      (spec.stop().max_tokens() == 0 && !spec.has_prompt_logprobs())) {
     return ToGrpcStatus(absl::InvalidArgumentError(
-        "max_tokens must be positive (a prompt-only request, max_tokens 0, "
-        "is computed by a decode worker)"));
+        "max_tokens must be positive (0 only with prompt_logprobs: the "
+        "prompt scored alone)"));
   }
   if (spec.prompt_ids_size() + spec.stop().max_tokens() >
       engine_->config().max_position_embeddings) {
@@ -192,8 +193,8 @@ struct PrefillWorker::Item {
   SeqId seq = -1;
   std::vector<int32_t> prompt;
   int done_tokens = 0;
-  int reused_tokens = 0;  // from the prefix cache
-  PushPipeline* push = nullptr;
+  int reused_tokens = 0;         // from the prefix cache
+  PushPipeline* push = nullptr;  // none for a prompt-only request
   double queue_seconds = 0;
   absl::Time start;
   bool finished = false;  // answered by FinishItem
@@ -229,7 +230,7 @@ void PrefillWorker::ComputeLoop() {
         }
         queue_.clear();
         for (Item& it : active) {
-          it.push->Cancel();
+          if (it.push != nullptr) it.push->Cancel();
           engine_->FreeSequence(it.seq);
           it.job->Finish(
               absl::UnavailableError("prefill worker shutting down"));
@@ -314,6 +315,9 @@ std::optional<PrefillWorker::Item> PrefillWorker::StartItem(
   prefix_hit_tokens_.fetch_add(reused);
   options_.metrics->compute().ObservePrefixLookup(
       static_cast<int64_t>(it.prompt.size()), reused);
+  // A prompt-only request (max_tokens 0): its scores are all it returns;
+  // no KV leaves (a scoring request reuses no prefix either).
+  if (spec.stop().max_tokens() == 0) return it;
   // Open the push now: chunks leave as soon as each layer is computed.
   pb::KvHeader header;
   header.set_request_id(spec.request_id());
@@ -345,7 +349,7 @@ void PrefillWorker::DropCancelled(std::vector<Item>& active) {
       if (!it.job->cancelled) return false;
     }
     // The caller is gone (or the router aborted): stop computing for it.
-    it.push->Cancel();
+    if (it.push != nullptr) it.push->Cancel();
     engine_->FreeSequence(it.seq);
     absl::MutexLock lock(&mu_);
     it.job->Finish(absl::CancelledError("prefill cancelled"));
@@ -389,6 +393,7 @@ void PrefillWorker::RunPass(std::vector<Item>& active) {
     ExportKvPool();
     std::vector<KvExportRange> exports;
     for (const auto& [i, range] : ranges) {
+      if (active[i].push == nullptr) continue;  // prompt-only
       exports.push_back(
           {active[i].seq, range.first, range.second, active[i].push});
     }
@@ -442,24 +447,27 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
   const pb::SequenceSpec& spec = it.job->request.seq();
   pb::PrefillResponse resp;
   if (status.ok()) {
-    const SamplingParams sampling =
-        transport::SamplingFromProto(spec.sampling());
-    const StopParams stop = transport::StopFromProto(
-        spec.stop(), engine_->generation_config().eos_token_ids);
-    // After a migration the prompt's tail is the stream's earlier output,
-    // which the penalties count as output; the position is absolute.
-    const auto prompt = absl::MakeConstSpan(it.prompt);
-    const size_t earlier = static_cast<size_t>(spec.generated_tokens());
-    SampledToken tok =
-        SampleToken(std::vector<float>(last_logits.begin(), last_logits.end()),
-                    sampling, prompt.first(prompt.size() - earlier),
-                    prompt.last(earlier), static_cast<int64_t>(prompt.size()),
-                    StopIdsBanned(stop, /*output_len=*/0));
-    transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
-                           resp.mutable_first_token());
+    std::string reason = "length";  // prompt-only: nothing is sampled
+    if (spec.stop().max_tokens() > 0) {
+      const SamplingParams sampling =
+          transport::SamplingFromProto(spec.sampling());
+      const StopParams stop = transport::StopFromProto(
+          spec.stop(), engine_->generation_config().eos_token_ids);
+      // After a migration the prompt's tail is the stream's earlier output,
+      // which the penalties count as output; the position is absolute.
+      const auto prompt = absl::MakeConstSpan(it.prompt);
+      const size_t earlier = static_cast<size_t>(spec.generated_tokens());
+      SampledToken tok = SampleToken(
+          std::vector<float>(last_logits.begin(), last_logits.end()), sampling,
+          prompt.first(prompt.size() - earlier), prompt.last(earlier),
+          static_cast<int64_t>(prompt.size()),
+          StopIdsBanned(stop, /*output_len=*/0));
+      transport::ToWireToken(tok.id, tok.logprob, tok.top_logprobs,
+                             resp.mutable_first_token());
+      reason = StopReason(stop, tok.id, 1);
+    }
     transport::ToWirePromptLogprobs(it.prompt_scores,
                                     resp.mutable_prompt_logprobs());
-    const std::string reason = StopReason(stop, tok.id, 1);
     resp.set_finished(!reason.empty());
     resp.set_finish_reason(reason);
     resp.set_prefill_queue_seconds(it.queue_seconds);
@@ -468,7 +476,9 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
     options_.metrics->compute().ObserveCompute(
         resp.prefill_compute_seconds(),
         static_cast<int64_t>(it.prompt.size()) - it.reused_tokens);
-    if (resp.finished()) {
+    if (it.push == nullptr) {
+      // prompt-only: no push was opened
+    } else if (resp.finished()) {
       it.push->Discard();  // nothing left to decode: not a failure
     } else {
       pb::KvCommit commit;
@@ -477,7 +487,7 @@ void PrefillWorker::FinishItem(Item& it, const absl::Status& status,
       commit.set_prefill_compute_seconds(resp.prefill_compute_seconds());
       it.push->Commit(std::move(commit));
     }
-  } else {
+  } else if (it.push != nullptr) {
     it.push->Cancel();
   }
   absl::MutexLock lock(&mu_);

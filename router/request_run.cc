@@ -236,12 +236,6 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   const RouterOptions& o = *env_.options;
   v1::PrefillDecision& decision = *a.timings.mutable_prefill_decision();
   prefill_hint_.request_tokens = prompt_tokens;  // P holds the prompt
-  if (stream_.request().stop.max_tokens == 0) {
-    // The prompt alone (scored): no KV to hand to a decode worker, which
-    // computes it itself.
-    decision.set_reason("prompt_only");
-    return absl::OkStatus();
-  }
   // No prefill worker routable at all: each is down, or refused this
   // request as full (its queue at --max_prefill_queue; a busy worker that
   // accepts is no reason). The decode worker prefills instead, when
@@ -263,6 +257,19 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
     }
     return no_prefill;
   };
+  if (stream_.request().stop.max_tokens == 0) {
+    // The prompt alone (scored): nothing to hand to a decode worker. A
+    // prefill worker computes it, as it computes every prompt, which keeps
+    // it out of the decode workers' batches; the decode worker does when
+    // colocated, or as the fallback above when no prefill worker is
+    // routable.
+    decision.set_reason("prompt_only");
+    if (o.mode == RouterMode::kColocated) return absl::OkStatus();
+    auto p = env_.prefill->Pick(exclude_p_.workers, prefill_hint_);
+    if (!p.ok()) return fall_back(p.status());
+    a.prefill = *std::move(p);
+    return absl::OkStatus();
+  }
   if (o.mode != RouterMode::kAuto) {
     decision.set_reason("mode");
     if (o.mode == RouterMode::kColocated) return absl::OkStatus();
@@ -310,7 +317,8 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
 void RequestRun::StartPrefill() {
   Attempt& a = *attempt_;
   a.prefill_load.emplace(a.prefill);
-  a.decode_load.emplace(a.decode);
+  // A prompt-only request ends on P: nothing of it reaches D.
+  if (stream_.request().stop.max_tokens > 0) a.decode_load.emplace(a.decode);
   a.timings.set_prefill_location("prefill_worker");
   auto call = std::make_shared<PrefillCall>();
   call->ctx.set_deadline(absl::ToChronoTime(deadline_));
@@ -351,7 +359,8 @@ void RequestRun::OnPrefillDone(std::shared_ptr<PrefillCall> call,
     // "stop": the first token is an eos or stop id, which is not part of
     // the output (as when D samples it); "length": it is the whole output.
     stream_.SetPromptLogprobs(presp.prompt_logprobs());
-    if (presp.finish_reason() != "stop") {
+    // A prompt-only request has no first token: its scores are all.
+    if (presp.finish_reason() != "stop" && presp.has_first_token()) {
       google::protobuf::RepeatedPtrField<v1::GeneratedToken> first;
       *first.Add() = presp.first_token();
       if (!stream_.Send(first)) return ClientGone();

@@ -368,11 +368,13 @@ TEST_F(ExactnessTest, PromptLogprobsAreIdenticalInEveryModeAndEqualComplete) {
   }
 }
 
-// max_tokens 0 with prompt_logprobs (prompt-only): in every mode a decode
-// worker computes and scores the prompt (reason "prompt_only"), generates
-// nothing and ends with "length"; the scores are those of a generating
-// request and of `pdserve complete`; the prompt may fill the whole context.
-TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredByADecodeWorkerInEveryMode) {
+// max_tokens 0 with prompt_logprobs (prompt-only): a prefill worker computes
+// and scores the prompt (disaggregated and auto; a decode worker when
+// colocated), reason "prompt_only", and nothing moves to a decode worker:
+// no KV pushed, no token computed there; it generates nothing and ends with
+// "length"; the scores are those of a generating request and of `pdserve
+// complete`; the prompt may fill the whole context.
+TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredWhereThePromptIsComputed) {
   const ReferenceCase& c = cases_[2];
   constexpr int kTop = 3;
   constexpr size_t kContext = 512;  // stories260K's max_position_embeddings
@@ -387,9 +389,31 @@ TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredByADecodeWorkerInEveryMode) {
     full.insert(full.end(), c.prompt_ids.begin(), c.prompt_ids.end());
   }
   full.resize(kContext);
+  // Tokens each role computed and KV bytes pushed, over all workers.
+  struct Counters {
+    int64_t p_tokens = 0, d_tokens = 0, pushed = 0;
+  };
+  auto counters = [] {
+    Counters n;
+    for (int i = 0; i < cluster_->num_prefill(); ++i) {
+      auto p = cluster_->Status(cluster_->prefill(i));
+      EXPECT_TRUE(p.ok()) << p.status();
+      if (!p.ok()) continue;
+      n.p_tokens += p->prefill_tokens_computed();
+      n.pushed += p->kv_bytes_pushed();
+    }
+    for (int i = 0; i < cluster_->num_decode(); ++i) {
+      auto d = cluster_->Status(cluster_->decode(i));
+      EXPECT_TRUE(d.ok()) << d.status();
+      if (d.ok()) n.d_tokens += d->prefill_tokens_computed();
+    }
+    return n;
+  };
+  const char* kWhere[] = {"prefill_worker", "decode_worker", "prefill_worker"};
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("router mode #", r));
     for (const auto& prompt : {c.prompt_ids, full}) {
+      const Counters before = counters();
       v1::GenerateRequest only = IdsRequest(prompt, 0);
       only.set_prompt_logprobs(kTop);
       auto result = RunGenerate(cluster_->router(r), only, absl::Seconds(60));
@@ -397,11 +421,26 @@ TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredByADecodeWorkerInEveryMode) {
       EXPECT_TRUE(result->output_ids.empty());
       EXPECT_EQ(result->finish_reason, "length");
       EXPECT_EQ(result->usage.completion_tokens(), 0);
-      EXPECT_EQ(result->timings.prefill_location(), "decode_worker");
+      EXPECT_EQ(result->timings.prefill_location(), kWhere[r]);
       EXPECT_EQ(result->timings.prefill_decision().reason(), "prompt_only");
       const std::vector<Scored> got = ScoresOf(*result);
       ASSERT_EQ(got.size(), prompt.size() - 1);
-      if (prompt.size() == c.prompt_ids.size()) EXPECT_EQ(got, want);
+      if (prompt.size() == c.prompt_ids.size()) {
+        EXPECT_EQ(got, want);
+      }
+      // The workers count a pass's tokens right after it: poll briefly.
+      const int64_t n = static_cast<int64_t>(prompt.size());
+      Counters after = counters();
+      for (int tries = 0;
+           tries < 100 && after.p_tokens + after.d_tokens <
+                              before.p_tokens + before.d_tokens + n;
+           ++tries) {
+        absl::SleepFor(absl::Milliseconds(20));
+        after = counters();
+      }
+      EXPECT_EQ(after.pushed, before.pushed);  // no KV moved
+      EXPECT_EQ(after.p_tokens - before.p_tokens, r == 1 ? 0 : n);
+      EXPECT_EQ(after.d_tokens - before.d_tokens, r == 1 ? n : 0);
     }
   }
   auto complete = CompleteJsonLine({{"prompt_ids", c.prompt_ids},

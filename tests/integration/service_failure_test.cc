@@ -191,12 +191,25 @@ TEST(FailureTest, NoPrefillWorkerFallsBackToPrefillOnDecode) {
     auto r =
         RunGenerate(c.router(), IdsRequest(ref.prompt_ids, ref.max_new_tokens),
                     absl::Seconds(30));
+    // A prompt-only request (max_tokens 0, scored), which a prefill worker
+    // would compute, falls back the same way.
+    v1::GenerateRequest only = IdsRequest(ref.prompt_ids, 0);
+    only.set_prompt_logprobs(2);
+    auto scored = RunGenerate(c.router(), only, absl::Seconds(30));
     if (fallback) {
       ASSERT_TRUE(r.ok()) << r.status() << c.Logs();
       EXPECT_EQ(r->output_ids, ref.output_ids);
       EXPECT_EQ(r->timings.prefill_location(), "decode_worker");
       EXPECT_EQ(r->timings.prefill_decision().reason(), "no_prefill_worker");
+      ASSERT_TRUE(scored.ok()) << scored.status() << c.Logs();
+      EXPECT_TRUE(scored->output_ids.empty());
+      EXPECT_EQ(scored->prompt_logprobs.size(), ref.prompt_ids.size() - 1);
+      EXPECT_EQ(scored->timings.prefill_location(), "decode_worker");
+      EXPECT_EQ(scored->timings.prefill_decision().reason(),
+                "no_prefill_worker");
     } else {
+      ASSERT_FALSE(scored.ok());
+      EXPECT_TRUE(absl::IsUnavailable(scored.status())) << scored.status();
       ASSERT_FALSE(r.ok());
       EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
       EXPECT_THAT(std::string(r.status().message()),
