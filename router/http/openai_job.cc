@@ -23,19 +23,26 @@ uint64_t RandomU64() {
 
 }  // namespace
 
-// Forwards one choice's messages to the job.
+// Forwards one request's messages to the job as those of its choices: one,
+// or all n of a prompt-only request (nothing is sampled, so every choice
+// is the same).
 class GenerationJob::ChoiceSink : public ResponseSink {
  public:
-  ChoiceSink(std::shared_ptr<GenerationJob> job, int choice)
-      : job_(std::move(job)), choice_(choice) {}
+  ChoiceSink(std::shared_ptr<GenerationJob> job, std::vector<int> choices)
+      : job_(std::move(job)), choices_(std::move(choices)) {}
   bool Write(const v1::GenerateResponse& msg) override {
-    return job_->OnMessage(choice_, msg);
+    for (int c : choices_) {
+      if (!job_->OnMessage(c, msg)) return false;
+    }
+    return true;
   }
-  void Finish(const RequestEnd& end) override { job_->OnFinish(choice_, end); }
+  void Finish(const RequestEnd& end) override {
+    for (int c : choices_) job_->OnFinish(c, end);
+  }
 
  private:
   const std::shared_ptr<GenerationJob> job_;
-  const int choice_;
+  const std::vector<int> choices_;
 };
 
 GenerationJob::GenerationJob(const OpenAiApi* api, ParsedRequest parsed,
@@ -97,19 +104,25 @@ void GenerationJob::Start() {
 void GenerationJob::Launch(const std::vector<int>& choices) {
   for (int c : choices) {
     v1::GenerateRequest request;
+    std::vector<int> served = {c};
     {
       absl::MutexLock lock(&mu_);
       if (finished_ || choices_[c].launched) continue;
       choices_[c].launched = true;
       request = parsed_.prompts[choices_[c].prompt];
-      // The prompt's scores are known (the siblings start after the first
-      // message): reuse them rather than computing the whole prompt again
-      // (scoring reuses no cached prefix). A prompt-only request
-      // (max_tokens 0) is nothing but its scores, so it keeps them.
       const bool prompt_only =
           request.has_max_tokens() && request.max_tokens() == 0;
-      if (request.has_prompt_logprobs() && !prompt_only &&
-          prompt_scores_[choices_[c].prompt].has_value()) {
+      if (prompt_only && c % parsed_.n == 0) {
+        // Nothing is sampled: the other choices are this one's copies.
+        for (int i = c + 1; i < c + parsed_.n; ++i) {
+          choices_[i].launched = true;
+          served.push_back(i);
+        }
+      } else if (request.has_prompt_logprobs() &&
+                 prompt_scores_[choices_[c].prompt].has_value()) {
+        // The prompt's scores are known (the siblings start after the
+        // first message): reuse them rather than computing the whole
+        // prompt again (scoring reuses no cached prefix).
         request.clear_prompt_logprobs();
       }
     }
@@ -118,7 +131,7 @@ void GenerationJob::Launch(const std::vector<int>& choices) {
     request.mutable_sampling()->set_seed(ChoiceSeed(base_seed_, i));
     auto handle = api_->core()->Generate(
         request, absl::InfiniteFuture(),
-        std::make_shared<ChoiceSink>(shared_from_this(), c));
+        std::make_shared<ChoiceSink>(shared_from_this(), std::move(served)));
     bool cancel = false;
     {
       absl::MutexLock lock(&mu_);

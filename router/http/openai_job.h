@@ -6,7 +6,8 @@
 // other n-1 once it produced its first token, so the prompt is prefilled
 // once and the others hit the prefix cache; the prompt's scores (echo with
 // logprobs, prompt_logprobs) are computed by that first choice only and
-// shared. An error before anything was
+// shared, and a prompt-only request (max_tokens 0, nothing sampled) runs
+// once for all n. An error before anything was
 // streamed is an HTTP error status; after, one `data: {"error": ...}` event.
 // A client that goes away cancels every choice. Thread-safe.
 #ifndef PDSERVE_ROUTER_HTTP_OPENAI_JOB_H_

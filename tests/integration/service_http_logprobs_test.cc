@@ -327,6 +327,55 @@ TEST_F(HttpTest, ChoicesOfAPromptShareItsScores) {
   // partial block each (before: all three computed all of it).
   EXPECT_GE(computed, static_cast<double>(n));
   EXPECT_LT(computed, 1.5 * static_cast<double>(n));
+
+  // Prompt-only (max_tokens 0, nothing sampled): one run for all choices,
+  // streamed or not, each choice the same.
+  for (bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    json only = body;
+    only["max_tokens"] = 0;
+    only.erase("prompt_logprobs");  // not with stream; echo's scores are
+    const double before_only = ComputedPromptTokens();
+    json whole;
+    if (stream) {
+      only["stream"] = true;
+      const std::vector<json> chunks = StreamChunks(only);
+      whole = {{"choices", json::array()}};
+      for (int i = 0; i < kChoices; ++i) {
+        whole["choices"].push_back({{"text", ""}, {"tokens", json::array()}});
+      }
+      for (const json& chunk : chunks) {
+        for (const json& ch : chunk["choices"]) {
+          json& w = whole["choices"][ch["index"].get<int>()];
+          w["text"] =
+              w["text"].get<std::string>() + ch["text"].get<std::string>();
+          for (const json& t : ch["logprobs"]["tokens"])
+            w["tokens"].push_back(t);
+          if (!ch["finish_reason"].is_null()) {
+            w["finish_reason"] = ch["finish_reason"];
+          }
+        }
+      }
+    } else {
+      const json r0 = Post("/v1/completions", only, 200);
+      ASSERT_EQ(r0["choices"].size(), static_cast<size_t>(kChoices));
+      EXPECT_EQ(r0["usage"]["prompt_tokens"], n);
+      EXPECT_EQ(r0["usage"]["completion_tokens"], 0);
+      whole = {{"choices", json::array()}};
+      for (const json& ch : r0["choices"]) {
+        whole["choices"].push_back({{"text", ch["text"]},
+                                    {"tokens", ch["logprobs"]["tokens"]},
+                                    {"finish_reason", ch["finish_reason"]}});
+      }
+    }
+    EXPECT_EQ(ComputedPromptTokens() - before_only, static_cast<double>(n));
+    for (int i = 0; i < kChoices; ++i) {
+      const json& ch = whole["choices"][i];
+      EXPECT_EQ(ch["finish_reason"], "length") << i;
+      EXPECT_EQ(IdsOf(ch["tokens"]), prompt) << i;
+      EXPECT_EQ(ch["text"], whole["choices"][0]["text"]) << i;
+    }
+  }
 }
 
 }  // namespace
