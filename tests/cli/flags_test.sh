@@ -146,7 +146,7 @@ for role in prefill decode; do
     -- timeout 30 "$PDSERVE" "$role" --kv_cache_memory=900TiB --port=0
 done
 # complete names the flag whose path is wrong, and what it wants there.
-expect 2 "complete with a model that is not there (text prompt)" \
+expect 1 "complete with a model that is not there (text prompt)" \
   "cannot load the tokenizer of --model=/nonexistent" \
   "give a tokenizer.json or the model directory holding one" \
   -- timeout 30 "$PDSERVE" complete --model=/nonexistent hi

@@ -265,7 +265,7 @@ int RunComplete(const std::vector<std::string>& args) {
                  "complete: cannot load the tokenizer of %s to tokenize the "
                  "prompt: %s\n",
                  from.c_str(), tok.status().ToString().c_str());
-    return 2;
+    return 1;  // as a model that cannot load (2 is for bad usage)
   }
   std::vector<GenerationRequest> requests;
   const std::string input = absl::GetFlag(FLAGS_input_jsonl);
