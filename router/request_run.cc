@@ -257,21 +257,14 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
     }
     return no_prefill;
   };
-  if (stream_.request().stop.max_tokens == 0) {
-    // The prompt alone (scored): nothing to hand to a decode worker. A
-    // prefill worker computes it, as it computes every prompt, which keeps
-    // it out of the decode workers' batches; the decode worker does when
-    // colocated, or as the fallback above when no prefill worker is
-    // routable.
-    decision.set_reason("prompt_only");
-    if (o.mode == RouterMode::kColocated) return absl::OkStatus();
-    auto p = env_.prefill->Pick(exclude_p_.workers, prefill_hint_);
-    if (!p.ok()) return fall_back(p.status());
-    a.prefill = *std::move(p);
-    return absl::OkStatus();
-  }
-  if (o.mode != RouterMode::kAuto) {
-    decision.set_reason("mode");
+  // Prompt-only (the prompt alone, scored): nothing to hand to a decode
+  // worker. A prefill worker computes it, as it computes every prompt, which
+  // keeps it out of the decode workers' batches, whatever auto's policy
+  // would weigh; the decode worker does when colocated, or as the fallback
+  // above when no prefill worker is routable.
+  const bool prompt_only = stream_.request().stop.max_tokens == 0;
+  if (o.mode != RouterMode::kAuto || prompt_only) {
+    decision.set_reason(prompt_only ? "prompt_only" : "mode");
     if (o.mode == RouterMode::kColocated) return absl::OkStatus();
     auto p = env_.prefill->Pick(exclude_p_.workers, prefill_hint_);
     if (!p.ok()) return fall_back(p.status());
