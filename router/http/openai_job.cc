@@ -188,7 +188,8 @@ bool GenerationJob::OnMessage(int c, const v1::GenerateResponse& msg) {
       text = *echo_[choice.prompt] + text;
     }
     std::optional<v1::GenerateResponse>& stored = prompt_scores_[choice.prompt];
-    if (first && !stored.has_value() && msg.prompt_logprobs_size() > 0) {
+    if (parsed_.n > 1 && first && !stored.has_value() &&
+        msg.prompt_logprobs_size() > 0) {  // kept for the other choices
       stored.emplace();
       *stored->mutable_prompt_ids() = msg.prompt_ids();
       *stored->mutable_prompt_logprobs() = msg.prompt_logprobs();
