@@ -133,6 +133,11 @@ grpc::Status PrefillWorker::Prefill(grpc::ServerContext* context,
         "max_tokens must be positive (0 only with prompt_logprobs: the "
         "prompt scored alone)"));
   }
+  if (spec.stop().max_tokens() > 0 && request->decode_target().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "decode_target is required: the KV of a request that generates is "
+        "pushed there (only a prompt-only request, max_tokens 0, has none)"));
+  }
   if (spec.prompt_ids_size() + spec.stop().max_tokens() >
       engine_->config().max_position_embeddings) {
     return ToGrpcStatus(

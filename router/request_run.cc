@@ -145,26 +145,38 @@ void RequestRun::StartAttempt() {
     stream_.Finish("length", a.timings);
     return End(absl::OkStatus());
   }
-  // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED (the
-  // client may retry), not UNAVAILABLE.
-  PickHint fits;  // D holds the whole request: its prompt and max_tokens
-  fits.request_tokens =
-      static_cast<int64_t>(stream_.request().prompt_ids.size()) +
-      stream_.request().stop.max_tokens;
-  auto d = env_.decode->Pick(exclude_d_.workers, fits);
-  if (!d.ok()) {
-    absl::Status why = d.status();
-    if (WaitForWorker(*env_.decode, exclude_d_, why)) return;
-    return End(NoWorkerLeft(why));
-  }
-  a.decode = *d;
   const int prompt_tokens = static_cast<int>(
       stream_.request().prompt_ids.size() + stream_.generated().size());
-  absl::Status picked = ChoosePrefill(prompt_tokens);
-  if (!picked.ok()) {
-    if (WaitForWorker(*env_.prefill, exclude_p_, picked)) return;
-    return End(NoWorkerLeft(picked));
+  // A prompt-only request ends on the prefill worker that computes it, so it
+  // needs no decode worker unless none can (ChoosePrefill's fallback, or
+  // colocated mode): it is served while every decode worker is down. Any
+  // other request picks D first, which auto mode's policy weighs.
+  const bool prompt_only = stream_.request().stop.max_tokens == 0;
+  const auto choose_prefill = [&] {
+    absl::Status picked = ChoosePrefill(prompt_tokens);
+    if (picked.ok()) return true;
+    if (!WaitForWorker(*env_.prefill, exclude_p_, picked)) {
+      End(NoWorkerLeft(picked));
+    }
+    return false;
+  };
+  if (prompt_only && !choose_prefill()) return;
+  if (a.prefill == nullptr) {
+    // A pool whose workers all refused for load stays RESOURCE_EXHAUSTED
+    // (the client may retry), not UNAVAILABLE.
+    PickHint fits;  // D holds the whole request: its prompt and max_tokens
+    fits.request_tokens =
+        static_cast<int64_t>(stream_.request().prompt_ids.size()) +
+        stream_.request().stop.max_tokens;
+    auto d = env_.decode->Pick(exclude_d_.workers, fits);
+    if (!d.ok()) {
+      absl::Status why = d.status();
+      if (WaitForWorker(*env_.decode, exclude_d_, why)) return;
+      return End(NoWorkerLeft(why));
+    }
+    a.decode = *d;
   }
+  if (!prompt_only && !choose_prefill()) return;
   a.timings.set_router_queue(SecondsSince(arrival_));
   if (a.prefill == nullptr) {
     StartDecode(/*colocated=*/true);
@@ -317,7 +329,8 @@ void RequestRun::StartPrefill() {
   call->ctx.set_deadline(absl::ToChronoTime(deadline_));
   *call->req.mutable_seq() =
       MakeSpec(a.worker_request_id, stream_.request(), stream_.generated());
-  call->req.set_decode_target(a.decode->address);
+  // Prompt-only: P opens no push, and no decode worker was picked.
+  if (a.decode != nullptr) call->req.set_decode_target(a.decode->address);
   call->start = absl::Now();
   a.prefill_call = call;
   a.prefill->prefill->async()->Prefill(

@@ -270,7 +270,8 @@ TEST(FailureTest, APrefillWorkerThatRefusesForLoadFallsBackToDecode) {
 // With the only decode worker down (and nothing restarting it), a request
 // waits --worker_wait for one, then fails UNAVAILABLE saying so; with 0 it
 // fails at once; its own deadline, or the client going away, ends the wait
-// first (DEADLINE_EXCEEDED, CANCELLED).
+// first (DEADLINE_EXCEEDED, CANCELLED). A prompt-only request, which ends on
+// the prefill worker, is still served.
 // (UpTest.RequestsWaitForARestartingDecodeWorker: the worker comes back.)
 TEST(FailureTest, NoDecodeWorkerWaitsThenFails) {
   for (const std::string wait : {"0s", "1s", "10s"}) {
@@ -301,6 +302,18 @@ TEST(FailureTest, NoDecodeWorkerWaitsThenFails) {
                   ::testing::HasSubstr("waited 1s for one (--worker_wait)"));
     } else {
       EXPECT_THAT(message, ::testing::Not(::testing::HasSubstr("waited")));
+    }
+    if (wait == "0s") {
+      // Scoring a prompt needs no decode worker: P computes it and answers.
+      // (Before, the router picked a decode worker first and failed this.)
+      v1::GenerateRequest only = IdsRequest(ref.prompt_ids, 0);
+      only.set_prompt_logprobs(1);
+      auto scored = RunGenerate(c.router(), only, absl::Seconds(30));
+      ASSERT_TRUE(scored.ok()) << scored.status() << c.Logs();
+      EXPECT_TRUE(scored->output_ids.empty());
+      EXPECT_EQ(scored->prompt_logprobs.size(), ref.prompt_ids.size() - 1);
+      EXPECT_EQ(scored->timings.prefill_location(), "prefill_worker");
+      EXPECT_EQ(scored->timings.prefill_decision().reason(), "prompt_only");
     }
     if (wait == "10s") {
       // A client that goes away while its request waits ends it at once.

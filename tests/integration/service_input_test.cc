@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_util/grpc_util.h"
+#include "grpcpp/create_channel.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster_harness.h"
@@ -120,6 +121,37 @@ TEST_F(InputTest, InvalidRequestsAreInvalidArgumentWithAMessage) {
     EXPECT_TRUE(absl::StrContains(s.message(), c.message))
         << c.name << ": " << s;
   }
+  ExpectClusterHealthy();
+}
+
+// A prefill worker called directly (as a router of another build might)
+// refuses what it cannot serve, and serves a prompt-only request, which has
+// no decode worker to push to.
+TEST_F(InputTest, PrefillWorkerRefusesARequestWithNowhereToPushItsKv) {
+  auto channel = grpc::CreateChannel(cluster_->prefill(0).address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = pb::Prefill::NewStub(channel);
+  const auto call = [&](int max_tokens, bool scored, pb::PrefillResponse* r) {
+    pb::PrefillRequest req;
+    pb::SequenceSpec& spec = *req.mutable_seq();
+    spec.set_request_id(absl::StrCat("direct-", max_tokens, "-", scored));
+    for (int32_t id : {1, 291, 376, 263}) spec.add_prompt_ids(id);
+    spec.mutable_stop()->set_max_tokens(max_tokens);
+    if (scored) spec.set_prompt_logprobs(0);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(20)));
+    return FromGrpcStatus(stub->Prefill(&ctx, req, r));
+  };
+  pb::PrefillResponse resp;
+  absl::Status s = call(8, false, &resp);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "decode_target")) << s;
+  s = call(0, true, &resp);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_TRUE(resp.finished());
+  EXPECT_EQ(resp.finish_reason(), "length");
+  EXPECT_FALSE(resp.has_first_token());
+  EXPECT_EQ(resp.prompt_logprobs_size(), 3);
   ExpectClusterHealthy();
 }
 
