@@ -91,7 +91,7 @@ class Connection : public ConnectionControl,
         r.started_ = true;
         std::string bytes =
             SerializeHeader(status, ct, extra, c.KeepAlive(), body.size());
-        bytes += body;
+        if (!c.head_) bytes += body;  // HEAD: the header GET would send
         c.Enqueue(std::move(bytes), /*last=*/true);
       });
     }
@@ -111,7 +111,7 @@ class Connection : public ConnectionControl,
       if (gone_.load()) return false;
       if (data.empty()) return true;
       Post([data = std::move(data)](Connection& c, ResponderImpl& r) {
-        if (!r.streaming_ || r.ended_) return;
+        if (!r.streaming_ || r.ended_ || c.head_) return;
         c.Enqueue(ChunkFrame(data), false);
       });
       return true;
@@ -120,7 +120,7 @@ class Connection : public ConnectionControl,
       Post([](Connection& c, ResponderImpl& r) {
         if (!r.streaming_ || r.ended_) return;
         r.ended_ = true;
-        c.Enqueue("0\r\n\r\n", /*last=*/true);
+        c.Enqueue(c.head_ ? "" : "0\r\n\r\n", /*last=*/true);
       });
     }
     void SetOnClientGone(std::function<void()> on_gone) override {
@@ -300,6 +300,9 @@ class Connection : public ConnectionControl,
     }
     request.body = std::move(message.body());
     keep_alive_ = message.keep_alive();
+    // HEAD is GET without the body (RFC 9110 9.3.2): the handler sees GET.
+    head_ = message.method() == bhttp::verb::head;
+    if (head_) request.method = "GET";
     ++served_;
     if (server_->draining.load()) {
       keep_alive_ = false;
@@ -313,7 +316,11 @@ class Connection : public ConnectionControl,
     }
     responder_ = std::make_shared<ResponderImpl>(shared_from_this());
     server_->active_requests.fetch_add(1);
-    WaitForBytes();  // notice a disconnect while answering
+    // Notice a disconnect while answering. Not when the client has already
+    // sent its next request (pipelining): those bytes wait in buffer_ for
+    // this answer to complete, which reads them (WaitForBytes) rather than
+    // waiting on the socket for bytes that may never come.
+    if (buffer_.size() == 0) WaitForBytes();
     server_->handler(std::move(request), responder_);
   }
 
@@ -388,6 +395,7 @@ class Connection : public ConnectionControl,
   uint64_t timer_generation_ = 0;
   int served_ = 0;
   bool keep_alive_ = true;
+  bool head_ = false;  // the request in progress is HEAD: no body is sent
   bool reading_ = false;
   bool watching_ = false;
   bool writing_ = false;

@@ -84,7 +84,7 @@ void OpenAiApi::Handle(http::Request request,
     endpoint = "/v1/models/{model}";  // one metrics label for every id
   }
   const bool post = request.method == "POST";
-  const bool get = request.method == "GET";
+  const bool get = request.method == "GET";  // HEAD arrives as GET
   auto wrong_method = [&](const char* allowed) {
     metrics_->CountHttpRequest(endpoint, 405);
     responder->Send(405, "application/json",
@@ -105,17 +105,17 @@ void OpenAiApi::Handle(http::Request request,
                     endpoint == "/v1/chat/completions");
   }
   if (endpoint == "/v1/models") {
-    if (!get) return wrong_method("GET");
+    if (!get) return wrong_method("GET, HEAD");
     return Models(request, *responder);
   }
   if (endpoint == "/v1/models/{model}") {
-    if (!get) return wrong_method("GET");
+    if (!get) return wrong_method("GET, HEAD");
     return Model(
         PercentDecode(absl::string_view(path).substr(kModelPrefix.size())),
         *responder);
   }
   if (endpoint == "/health") {
-    if (!get) return wrong_method("GET");
+    if (!get) return wrong_method("GET, HEAD");
     return Health(*responder);
   }
   if (endpoint == "/tokenize") {

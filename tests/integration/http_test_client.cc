@@ -110,7 +110,8 @@ bool RawHttpConnection::WaitForClose(absl::Duration timeout) {
   return false;
 }
 
-absl::StatusOr<HttpReply> RawHttpConnection::ReadReply(absl::Duration timeout) {
+absl::StatusOr<HttpReply> RawHttpConnection::ReadReply(absl::Duration timeout,
+                                                       bool to_head) {
   const absl::Time deadline = absl::Now() + timeout;
   std::string data = std::move(pending_);
   pending_.clear();
@@ -145,7 +146,10 @@ absl::StatusOr<HttpReply> RawHttpConnection::ReadReply(absl::Duration timeout) {
         std::string(absl::StripAsciiWhitespace(lines[i].substr(colon + 1))));
   }
   size_t pos = header_end + 4;
-  if (absl::EqualsIgnoreCase(reply.Header("Transfer-Encoding"), "chunked")) {
+  if (to_head) {
+    // No body.
+  } else if (absl::EqualsIgnoreCase(reply.Header("Transfer-Encoding"),
+                                    "chunked")) {
     while (true) {
       size_t line_end;
       while ((line_end = data.find("\r\n", pos)) == std::string::npos) {

@@ -30,8 +30,11 @@ class RawHttpConnection {
   ~RawHttpConnection();
 
   absl::Status SendBytes(const std::string& bytes);
-  // Reads one whole response (Content-Length or chunked, or to EOF).
-  absl::StatusOr<HttpReply> ReadReply(absl::Duration timeout);
+  // Reads one whole response (Content-Length or chunked, or to EOF). The
+  // reply to a HEAD request (`to_head`) is its header alone, whatever its
+  // Content-Length says.
+  absl::StatusOr<HttpReply> ReadReply(absl::Duration timeout,
+                                      bool to_head = false);
   // Reads whatever arrives within `timeout` (at most `max` bytes); "" at EOF.
   absl::StatusOr<std::string> ReadSome(size_t max, absl::Duration timeout);
   // True when the server closed the connection (EOF) within `timeout`.

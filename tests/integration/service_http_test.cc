@@ -297,9 +297,62 @@ TEST_F(HttpTest, ModelsAndHealth) {
   auto post = HttpRequest(port_, "POST", "/v1/models/stories260K", "{}");
   ASSERT_TRUE(post.ok());
   EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->Header("Allow"), "GET, HEAD");
   auto health = HttpRequest(port_, "GET", "/health");
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200) << health->body;
+}
+
+// One keep-alive connection: requests sent back to back in one write
+// (pipelining) are each answered, in order; HEAD answers GET's header with
+// no body, and the connection goes on.
+TEST_F(HttpTest, AConnectionServesPipelinedAndHeadRequests) {
+  auto conn = RawHttpConnection::Connect(port_);
+  ASSERT_TRUE(conn.ok());
+  const std::string completion = R"({"prompt": "Tom", "max_tokens": 3})";
+  ASSERT_TRUE(
+      conn->SendBytes(
+              absl::StrCat("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n",
+                           "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Content-Type: application/json\r\nContent-Length: ",
+                           completion.size(), "\r\n\r\n", completion,
+                           "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"))
+          .ok());
+  auto models = conn->ReadReply(absl::Seconds(20));
+  ASSERT_TRUE(models.ok()) << models.status();
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "stories260K");
+  // (Before, the second request waited for more bytes until the idle
+  // timeout closed the connection.)
+  auto generated = conn->ReadReply(absl::Seconds(20));
+  ASSERT_TRUE(generated.ok()) << generated.status();
+  EXPECT_EQ(generated->status, 200) << generated->body;
+  EXPECT_EQ(json::parse(generated->body)["usage"]["completion_tokens"], 3);
+  auto health = conn->ReadReply(absl::Seconds(20));
+  ASSERT_TRUE(health.ok()) << health.status();
+  EXPECT_EQ(health->status, 200);
+
+  ASSERT_TRUE(
+      conn->SendBytes("HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  auto head = conn->ReadReply(absl::Seconds(20), /*to_head=*/true);
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_EQ(head->status, 200);
+  EXPECT_EQ(head->Header("Content-Length"),
+            std::to_string(models->body.size()));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(
+      conn->ReadSome(1, absl::Milliseconds(300)).status()))
+      << "a body followed the HEAD reply";
+  ASSERT_TRUE(
+      conn->SendBytes("HEAD /v1/completions HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  auto head_post = conn->ReadReply(absl::Seconds(20), /*to_head=*/true);
+  ASSERT_TRUE(head_post.ok()) << head_post.status();
+  EXPECT_EQ(head_post->status, 405);
+  EXPECT_EQ(head_post->Header("Allow"), "POST");
+  ASSERT_TRUE(conn->SendBytes("GET /health HTTP/1.1\r\nHost: x\r\n\r\n").ok());
+  auto again = conn->ReadReply(absl::Seconds(20));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->status, 200);
+  EXPECT_EQ(again->body, health->body);
 }
 
 TEST_F(HttpTest, DisconnectsMidStreamLeaveNoKvInUse) {
