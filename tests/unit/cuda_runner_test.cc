@@ -183,6 +183,55 @@ TEST(CudaRunner, SyntheticLogitsCloseToCpuBf16) {
   CheckSyntheticLogits(DType::kBF16, 5e-2, 2e-2);
 }
 
+// Prompt logprobs: the logits of every prompt row (ForwardItem.token_logits)
+// on CUDA are close to the CPU backend's, and row t is close to the logits
+// of a pass whose prompt ends at token t (the same kernels; cuBLAS may pick
+// another algorithm for another row count, hence close, not equal). A
+// chunk longer than the runner's logits rows (256 at max_batch_tokens 1024)
+// takes several lm_head passes.
+TEST(CudaRunner, PromptRowLogitsCloseToCpuAndToLastRows) {
+  SKIP_WITHOUT_GPU();
+  auto cpu = MakeEngine("cpu", "synthetic:tiny-gqa", DType::kF32);
+  auto gpu = MakeEngine("cuda", "synthetic:tiny-gqa", DType::kF32);
+  ASSERT_NE(cpu, nullptr);
+  ASSERT_NE(gpu, nullptr);
+  const int V = cpu->config().vocab_size;
+  std::mt19937 rng(11);
+  for (int len : {1, 37, 300}) {
+    std::vector<int32_t> tokens(len);
+    for (auto& t : tokens) t = rng() % V;
+    auto rows = [&](Engine& e, std::vector<float>* last) {
+      std::vector<float> all(static_cast<size_t>(len) * V);
+      SeqId seq = *e.CreateSequence();
+      Engine::ForwardItem item{seq, tokens, true, all.data()};
+      EXPECT_TRUE(e.Forward({&item, 1}, last).ok());
+      e.FreeSequence(seq);
+      return all;
+    };
+    std::vector<float> cpu_last, gpu_last;
+    const std::vector<float> a = rows(*cpu, &cpu_last);
+    const std::vector<float> b = rows(*gpu, &gpu_last);
+    double worst = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+    }
+    EXPECT_LE(worst, 1e-4) << "len " << len;
+    // The last row is the pass's logits; an earlier row equals a shorter
+    // prompt's last logits.
+    for (int i = 0; i < V; ++i) {
+      ASSERT_NEAR(b[static_cast<size_t>(len - 1) * V + i], gpu_last[i], 1e-4);
+    }
+    const int t = len / 2;
+    std::vector<float> prefix = LogitsAlone(
+        *gpu, std::vector<int32_t>(tokens.begin(), tokens.begin() + t + 1));
+    for (int i = 0; i < V; ++i) {
+      ASSERT_NEAR(b[static_cast<size_t>(t) * V + i], prefix[i], 1e-4)
+          << "len " << len << " row " << t;
+    }
+  }
+  EXPECT_EQ(gpu->used_blocks(), 0);
+}
+
 // KV computed on one backend, shipped through the wire format to the other,
 // continues the same greedy stream (the reference's).
 TEST(CudaRunner, KvFromCudaContinuesOnCpuAndViceVersa) {

@@ -296,10 +296,12 @@ absl::Status CudaRunner::Forward(
   const int Q = c.q_dim(), NQKV = Q + 2 * c.kv_dim();
   const int bs = kv->layout().block_size;
   // Host metadata: per row token, position, block id, offset; attention
-  // tiles; the block tables; the rows whose logits are wanted.
+  // tiles; the block tables; the rows whose logits are wanted, and where
+  // each row's logits go on the host.
   std::vector<int32_t> tokens, positions, block_ids, offsets, tables, wanted;
   std::vector<cuda::AttentionTile> tiles;
-  std::vector<size_t> wanted_item;
+  std::vector<float*> wanted_dest;
+  const int64_t V = c.vocab_size;
   for (size_t i = 0; i < items.size(); ++i) {
     const RunnerItem& item = items[i];
     const std::vector<int32_t>* table = kv->BlockTable(item.seq);
@@ -321,13 +323,17 @@ absl::Status CudaRunner::Forward(
       tiles.push_back({row0 + t, std::min(cuda::kAttentionRowsPerTile, n - t),
                        item.start_pos + t, table_offset});
     }
+    // Prompt logprobs: every row through the same final norm and lm_head
+    // as a last row (whole logits on CUDA are cuBLAS's, see DESIGN.md).
     if (item.token_logits != nullptr) {
-      return absl::UnimplementedError(
-          "prompt logprobs are not implemented on the CUDA backend yet");
+      for (int t = 0; t < n; ++t) {
+        wanted.push_back(row0 + t);
+        wanted_dest.push_back(item.token_logits + t * V);
+      }
     }
     if (item.want_logits && n > 0) {
       wanted.push_back(row0 + n - 1);
-      wanted_item.push_back(i);
+      wanted_dest.push_back(logits + i * V);
     }
   }
   const int64_t T = static_cast<int64_t>(tokens.size());
@@ -425,14 +431,13 @@ absl::Status CudaRunner::Forward(
   }
   // Final norm and lm_head for the wanted rows, in chunks of logits_rows_,
   // copied back into pinned memory (sampling runs on the host).
-  const int64_t V = c.vocab_size;
   float* dlogits = static_cast<float*>(logits_.get());
   const int64_t n_wanted = static_cast<int64_t>(wanted.size());
   RETURN_IF_ERROR(EnsureLogitsHost(std::min(n_wanted, logits_rows_) * V));
   float* hlogits = static_cast<float*>(logits_host_.get());
   auto scatter = [&](int64_t w0, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
-      std::memcpy(logits + wanted_item[w0 + j] * V, hlogits + j * V, V * 4);
+      std::memcpy(wanted_dest[w0 + j], hlogits + j * V, V * 4);
     }
   };
   int64_t last_w0 = 0, last_n = 0;
