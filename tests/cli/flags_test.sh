@@ -153,6 +153,9 @@ expect 1 "complete with a model that is not there (text prompt)" \
 expect 1 "complete with a model that is not there (token ids)" \
   "model '/nonexistent' is not a directory" \
   -- timeout 30 "$PDSERVE" complete --model=/nonexistent --prompt_ids=1,2
+expect 2 "complete with a TEXT prompt for a synthetic model (it crashed)" \
+  "--model=synthetic:tiny has no tokenizer" "--prompt_ids" \
+  -- timeout 30 "$PDSERVE" complete --model=synthetic:tiny hi
 expect 1 "tokenize with a directory holding no tokenizer.json" \
   "'tests/cli' has no tokenizer.json" \
   -- timeout 30 "$PDSERVE" tokenize --tokenizer=tests/cli hi

@@ -267,6 +267,14 @@ int RunComplete(const std::vector<std::string>& args) {
                  from.c_str(), tok.status().ToString().c_str());
     return 1;  // as a model that cannot load (2 is for bad usage)
   }
+  if (has_text && tokenizer == nullptr) {
+    std::fprintf(stderr,
+                 "complete: --model=%s has no tokenizer to tokenize a TEXT "
+                 "prompt; give --prompt_ids=1,2,3 (or --input_jsonl), or "
+                 "--tokenizer=DIR\n",
+                 absl::GetFlag(FLAGS_model).c_str());
+    return 2;
+  }
   std::vector<GenerationRequest> requests;
   const std::string input = absl::GetFlag(FLAGS_input_jsonl);
   if (!input.empty()) {
