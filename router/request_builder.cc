@@ -176,7 +176,10 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
       // vLLM); only a text that yields no token at all is refused below.
       if (tokenizer == nullptr) {
         return absl::FailedPreconditionError(
-            "this router has no tokenizer: send token_ids");
+            "this router has no tokenizer (its --model has none): send token "
+            "ids "
+            "(gRPC token_ids, `pdserve generate --prompt_ids`, or OpenAI's "
+            "token-id prompt)");
       }
       auto ids =
           tokenizer->Encode(request.text(), request.has_add_special_tokens()

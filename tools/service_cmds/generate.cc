@@ -215,6 +215,13 @@ int RunGenerateCmd(const std::vector<std::string>& args) {
     std::printf("%s\n", ResultToJson(*result).dump().c_str());
   } else {
     std::printf("\n");
+    if (result->text.empty() && !result->output_ids.empty()) {
+      // A router without a tokenizer (synthetic:NAME) streams no text.
+      std::fprintf(stderr,
+                   "pdserve generate: %zu tokens and no text (the router has "
+                   "no tokenizer); --json shows their ids\n",
+                   result->output_ids.size());
+    }
   }
   return 0;
 }
