@@ -4,10 +4,13 @@
 // too; prompt logprobs identical across modes and to `pdserve complete`;
 // and proof that the KV really moves (worker counters).
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
@@ -455,6 +458,21 @@ TEST_F(ExactnessTest, PromptOnlyRequestsAreScoredWhereThePromptIsComputed) {
                              absl::Seconds(60));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  // `pdserve generate` prints a prompt-only request's score as its output:
+  // the sum of the same scores, and the perplexity over them.
+  double sum = 0;
+  for (const Scored& t : want) sum += t.logprob;
+  auto printed = RunPdserveCapture(
+      {"generate", "--target=" + cluster_->router_process(0).address(),
+       "--max_tokens=0", "--prompt_logprobs=0",
+       "--prompt_ids=" + absl::StrJoin(c.prompt_ids, ",")},
+      absl::Seconds(60));
+  ASSERT_TRUE(printed.ok()) << printed.status();
+  EXPECT_EQ(*printed,
+            absl::StrFormat("prompt: %zu tokens scored, log-likelihood %.4f, "
+                            "perplexity %.4f (--json lists each token's)\n",
+                            want.size(), sum,
+                            std::exp(-sum / static_cast<double>(want.size()))));
 }
 
 TEST_F(ExactnessTest, KvReallyMovesFromPrefillToDecode) {

@@ -1,4 +1,5 @@
 // `pdserve generate`: the streaming client of the router.
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -214,7 +215,18 @@ int RunGenerateCmd(const std::vector<std::string>& args) {
   if (json) {
     std::printf("%s\n", ResultToJson(*result).dump().c_str());
   } else {
-    std::printf("\n");
+    if (!result->text.empty()) std::printf("\n");  // ends the streamed text
+    if (!result->prompt_logprobs.empty()) {
+      // The prompt's score in a line (--json has every token's): the
+      // output itself of a prompt-only request (--max_tokens=0).
+      double sum = 0;
+      for (const auto& t : result->prompt_logprobs) sum += t.logprob();
+      const size_t n = result->prompt_logprobs.size();
+      std::fprintf(result->output_ids.empty() ? stdout : stderr,
+                   "prompt: %zu tokens scored, log-likelihood %.4f, "
+                   "perplexity %.4f (--json lists each token's)\n",
+                   n, sum, std::exp(-sum / static_cast<double>(n)));
+    }
     if (result->text.empty() && !result->output_ids.empty()) {
       // A router without a tokenizer (synthetic:NAME) streams no text.
       std::fprintf(stderr,
