@@ -40,6 +40,9 @@ class RawHttpConnection {
   // True when the server closed the connection (EOF) within `timeout`.
   bool WaitForClose(absl::Duration timeout);
   void Close();
+  // Sends `bytes` and ends the sending side in the same segment (TCP FIN),
+  // then keeps reading: a half-close.
+  absl::Status SendBytesAndShutdownWrite(const std::string& bytes);
 
  private:
   explicit RawHttpConnection(int fd) : fd_(fd) {}

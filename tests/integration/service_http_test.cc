@@ -355,6 +355,38 @@ TEST_F(HttpTest, AConnectionServesPipelinedAndHeadRequests) {
   EXPECT_EQ(again->body, health->body);
 }
 
+// A client that shuts its side (half-close) right after its request, as
+// `printf ... | nc -N` does: a GET endpoint's answer still reaches it; a
+// generation is taken as abandoned (EOF while answering means the client
+// is gone, as in Go's and uvicorn's servers) and cancelled, leaving no KV
+// in use.
+TEST_F(HttpTest, AHalfClosedConnectionGetsItsGetAnswer) {
+  for (const char* path : {"/v1/models", "/health"}) {
+    auto conn = RawHttpConnection::Connect(port_);
+    ASSERT_TRUE(conn.ok());
+    ASSERT_TRUE(
+        conn->SendBytesAndShutdownWrite(
+                absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: x\r\n\r\n"))
+            .ok());
+    auto reply = conn->ReadReply(absl::Seconds(20));
+    ASSERT_TRUE(reply.ok()) << path << ": " << reply.status();
+    EXPECT_EQ(reply->status, 200) << path;
+    EXPECT_TRUE(conn->WaitForClose(absl::Seconds(10))) << path;
+  }
+  const std::string completion = R"({"prompt": "Tom", "max_tokens": 50})";
+  auto conn = RawHttpConnection::Connect(port_);
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE(
+      conn->SendBytesAndShutdownWrite(
+              absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                           "Content-Type: application/json\r\nContent-Length: ",
+                           completion.size(), "\r\n\r\n", completion))
+          .ok());
+  EXPECT_TRUE(conn->WaitForClose(absl::Seconds(20)));
+  absl::Status s = cluster_->WaitForNoKvInUse(absl::Seconds(15));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
 TEST_F(HttpTest, DisconnectsMidStreamLeaveNoKvInUse) {
   std::mt19937 rng(7);
   std::vector<std::thread> threads;
