@@ -246,6 +246,12 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
   return handle;
 }
 
+void GenerationCore::DetachRun(RequestHandle& handle) {
+  absl::MutexLock lock(&handle.mu_);
+  handle.waiting_in_ = nullptr;
+  handle.run_.reset();
+}
+
 void GenerationCore::Launch(const std::shared_ptr<RequestHandle>& handle,
                             const std::shared_ptr<RequestRun>& run) {
   bool cancelled;
@@ -344,6 +350,7 @@ bool GenerationCore::CancelWaiting(RequestHandle* handle) {
   end.status =
       absl::CancelledError("client cancelled while waiting for admission");
   EndUnrun(*removed.sink, removed.arrival, end);
+  DetachRun(*removed.handle);
   return true;
 }
 
@@ -396,6 +403,7 @@ void GenerationCore::AdmissionTimerLoop() {
           end.retry_after_ms = options_.retry_after_ms;
         }
         EndUnrun(*w.sink, w.arrival, end);
+        DetachRun(*w.handle);
       }
       mu_.Lock();
       continue;

@@ -101,6 +101,9 @@ class GenerationCore {
   // Ends a request that never ran (invalid, overloaded, cancelled while
   // waiting): sink Finish + metrics.
   void EndUnrun(ResponseSink& sink, absl::Time arrival, const RequestEnd& end);
+  // After EndUnrun of a request that waited: its handle lets go of the run,
+  // which holds the sink (a sink may own the handle: an HTTP job's).
+  static void DetachRun(RequestHandle& handle);
   void OnRunEnd(const RequestEnd& end, const ClientStream& stream,
                 absl::Time arrival);
   // Starts `run` for `handle` (counted as running already) unless cancelled.

@@ -540,6 +540,8 @@ void RequestRun::ClientGone() {
 void RequestRun::End(absl::Status status) {
   if (ended_) return;
   ended_ = true;
+  // Dropping the sink below may release the last handle on this run.
+  const std::shared_ptr<RequestRun> keep_alive = shared_from_this();
   RequestEnd end;
   end.status = std::move(status);
   if (absl::IsResourceExhausted(end.status)) {
@@ -559,7 +561,12 @@ void RequestRun::End(absl::Status status) {
     on_end_ = nullptr;
     cb(end, stream_);
   }
-  sink_->Finish(end);
+  // Let go of the sink with its Finish: an HTTP job's sink owns the job,
+  // which holds this run's handle, which holds this run, a cycle that kept
+  // every HTTP request (and its connection) alive forever. stream_ keeps a
+  // raw pointer to the sink; nothing uses stream_ once ended_ is set.
+  std::shared_ptr<ResponseSink> sink = std::move(sink_);
+  sink->Finish(end);
 }
 
 }  // namespace pdserve

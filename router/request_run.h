@@ -123,7 +123,9 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   const std::string worker_key_;  // + "#attempt": the workers' request id
   const absl::Time arrival_;
   const absl::Time deadline_;
-  const std::shared_ptr<ResponseSink> sink_;
+  // Dropped once Finish has run (End): a sink may own what owns this run
+  // (an HTTP job holds its choices' handles, a handle its run).
+  std::shared_ptr<ResponseSink> sink_;
   EndCallback on_end_;
   SerialQueue queue_;
   std::atomic<bool> cancelled_{false};

@@ -372,6 +372,10 @@ class Connection : public ConnectionControl,
     ErrorCode ignored;
     socket_.shutdown(tcp::socket::shutdown_both, ignored);
     socket_.close(ignored);
+    // The count is of open sockets (descriptors), not of objects: a
+    // Responder kept by a request still finishing keeps this object, not a
+    // descriptor.
+    server_->connections.fetch_sub(1);
     if (responder_ != nullptr) {
       std::shared_ptr<ResponderImpl> r = std::move(responder_);
       server_->active_requests.fetch_sub(1);
@@ -380,7 +384,9 @@ class Connection : public ConnectionControl,
   }
 
  public:
-  ~Connection() { server_->connections.fetch_sub(1); }
+  ~Connection() {
+    if (!closed_) server_->connections.fetch_sub(1);
+  }
 
  private:
   tcp::socket socket_;

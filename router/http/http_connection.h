@@ -34,7 +34,7 @@ struct ServerState {
   Handler handler;
   std::atomic<bool> draining{false};
   std::atomic<int> active_requests{0};
-  std::atomic<size_t> connections{0};
+  std::atomic<size_t> connections{0};  // open sockets
   absl::Mutex mu;
   std::list<std::weak_ptr<ConnectionControl>> registry ABSL_GUARDED_BY(mu);
 };

@@ -89,6 +89,9 @@ ABSL_FLAG(int64_t, http_max_body_bytes, 8 << 20,
 ABSL_FLAG(int32_t, http_threads, 2,
           "router: threads serving every HTTP connection (asynchronous: not "
           "one per connection)");
+ABSL_FLAG(int32_t, http_max_connections, 20000,
+          "router: most HTTP connections open at once (beyond: a new one is "
+          "closed at once); lowered to fit the open-file limit");
 ABSL_FLAG(absl::Duration, http_idle_timeout, absl::Seconds(60),
           "router: close an HTTP keep-alive connection idle this long");
 ABSL_FLAG(absl::Duration, http_request_timeout, absl::Seconds(30),
@@ -170,6 +173,8 @@ int RunRouter(const std::vector<std::string>&) {
            {absl::GetFlag(FLAGS_http_threads) >= 1 &&
                 absl::GetFlag(FLAGS_http_threads) <= 1024,
             "--http_threads must be 1 to 1024"},
+           {absl::GetFlag(FLAGS_http_max_connections) >= 1,
+            "--http_max_connections must be >= 1"},
            {absl::GetFlag(FLAGS_http_max_body_bytes) >= 1,
             "--http_max_body_bytes must be >= 1"},
            {absl::GetFlag(FLAGS_http_request_timeout) > absl::ZeroDuration(),
@@ -271,6 +276,8 @@ int RunRouter(const std::vector<std::string>&) {
     ho.threads = absl::GetFlag(FLAGS_http_threads);
     ho.max_body_bytes =
         static_cast<size_t>(absl::GetFlag(FLAGS_http_max_body_bytes));
+    ho.max_connections =
+        static_cast<size_t>(absl::GetFlag(FLAGS_http_max_connections));
     ho.idle_timeout = absl::GetFlag(FLAGS_http_idle_timeout);
     ho.request_timeout = absl::GetFlag(FLAGS_http_request_timeout);
     auto started = http::Server::Start(
