@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -359,6 +361,21 @@ absl::StatusOr<std::vector<int32_t>> CompleteOutputIds(
   auto j = CompleteJson(args);
   if (!j.ok()) return j.status();
   return j->at("output_ids").get<std::vector<int32_t>>();
+}
+
+int64_t ResidentKiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    int64_t kib = 0;
+    if (absl::StartsWith(line, "VmRSS:") &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(absl::StripSuffix(
+                             absl::string_view(line).substr(6), "kB")),
+                         &kib)) {
+      return kib;
+    }
+  }
+  return 0;
 }
 
 absl::StatusOr<std::string> RunPdserveCapture(

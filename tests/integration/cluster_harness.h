@@ -153,6 +153,10 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, int max_tokens);
 absl::StatusOr<std::string> RunCapture(const std::vector<std::string>& argv,
                                        absl::Duration timeout);
 
+// Resident memory of process `pid` (VmRSS in /proc/PID/status), in KiB; 0
+// when unreadable.
+int64_t ResidentKiB(pid_t pid);
+
 // Runs `pdserve complete` with `args` and returns its stdout.
 absl::StatusOr<std::string> RunPdserveCapture(
     const std::vector<std::string>& args, absl::Duration timeout);
