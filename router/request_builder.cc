@@ -177,9 +177,8 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
       if (tokenizer == nullptr) {
         return absl::FailedPreconditionError(
             "this router has no tokenizer (its --model has none): send token "
-            "ids "
-            "(gRPC token_ids, `pdserve generate --prompt_ids`, or OpenAI's "
-            "token-id prompt)");
+            "ids (gRPC token_ids, `pdserve generate --prompt_ids`, or "
+            "OpenAI's token-id prompt)");
       }
       auto ids =
           tokenizer->Encode(request.text(), request.has_add_special_tokens()

@@ -151,7 +151,7 @@ void RequestRun::StartAttempt() {
   // needs no decode worker unless none can (ChoosePrefill's fallback, or
   // colocated mode): it is served while every decode worker is down. Any
   // other request picks D first, which auto mode's policy weighs.
-  const bool prompt_only = stream_.request().stop.max_tokens == 0;
+  const bool prompt_only = PromptOnly();
   const auto choose_prefill = [&] {
     absl::Status picked = ChoosePrefill(prompt_tokens);
     if (picked.ok()) return true;
@@ -274,7 +274,7 @@ absl::Status RequestRun::ChoosePrefill(int prompt_tokens) {
   // keeps it out of the decode workers' batches, whatever auto's policy
   // would weigh; the decode worker does when colocated, or as the fallback
   // above when no prefill worker is routable.
-  const bool prompt_only = stream_.request().stop.max_tokens == 0;
+  const bool prompt_only = PromptOnly();
   if (o.mode != RouterMode::kAuto || prompt_only) {
     decision.set_reason(prompt_only ? "prompt_only" : "mode");
     if (o.mode == RouterMode::kColocated) return absl::OkStatus();
@@ -323,7 +323,7 @@ void RequestRun::StartPrefill() {
   Attempt& a = *attempt_;
   a.prefill_load.emplace(a.prefill);
   // A prompt-only request ends on P: nothing of it reaches D.
-  if (stream_.request().stop.max_tokens > 0) a.decode_load.emplace(a.decode);
+  if (!PromptOnly()) a.decode_load.emplace(a.decode);
   a.timings.set_prefill_location("prefill_worker");
   auto call = std::make_shared<PrefillCall>();
   call->ctx.set_deadline(absl::ToChronoTime(deadline_));
@@ -561,9 +561,10 @@ void RequestRun::End(absl::Status status) {
     on_end_ = nullptr;
     cb(end, stream_);
   }
-  // Let go of the sink with its Finish: an HTTP job's sink owns the job,
-  // which holds this run's handle, which holds this run, a cycle that kept
-  // every HTTP request (and its connection) alive forever. stream_ keeps a
+  // Let go of the sink with its Finish: the sink may hold this run's handle
+  // (the gRPC reactor; an HTTP job's sink owns the job, which keeps it), and
+  // the handle holds this run, a cycle that kept every request (and an HTTP
+  // request's connection) alive forever. stream_ keeps a
   // raw pointer to the sink; nothing uses stream_ once ended_ is set.
   std::shared_ptr<ResponseSink> sink = std::move(sink_);
   sink->Finish(end);

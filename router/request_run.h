@@ -118,13 +118,17 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   void StopCalls();
   void End(absl::Status status);
   bool PastDeadline() const { return absl::Now() >= deadline_; }
+  // max_tokens 0 (with prompt_logprobs): the prompt scored alone. It ends
+  // on the worker that computes it; no KV moves.
+  bool PromptOnly() const { return stream_.request().stop.max_tokens == 0; }
 
   const PipelineEnv env_;
   const std::string worker_key_;  // + "#attempt": the workers' request id
   const absl::Time arrival_;
   const absl::Time deadline_;
   // Dropped once Finish has run (End): a sink may own what owns this run
-  // (an HTTP job holds its choices' handles, a handle its run).
+  // (the gRPC reactor keeps its handle, an HTTP job its choices' handles,
+  // and a handle keeps its run).
   std::shared_ptr<ResponseSink> sink_;
   EndCallback on_end_;
   SerialQueue queue_;
