@@ -100,24 +100,10 @@ absl::StatusOr<std::unique_ptr<transport::KvSink>> KvLeaseTable::Begin(
     }
   }
   const int tokens = header.num_tokens();
-  const int total = tokens + std::max(0, header.seq().stop().max_tokens());
-  absl::StatusOr<SeqId> seq;
-  bool never_fits = false;
-  scheduler_->WithEngine([&](Engine& engine) {
-    absl::Status fits = engine.CheckFitsPool(total);
-    if (!fits.ok()) {
-      never_fits = true;
-      seq = fits;
-      return;
-    }
-    seq = engine.CreateSequence();
-    if (!seq.ok()) return;
-    absl::Status s = engine.Reserve(*seq, total);
-    if (!s.ok()) {
-      engine.FreeSequence(*seq);
-      seq = s;
-    }
-  });
+  const int max_tokens = std::max(0, header.seq().stop().max_tokens());
+  // The prompt's blocks (the generated tokens' grow on demand in the batch).
+  absl::StatusOr<SeqId> seq =
+      scheduler_->CreateSequenceForImport(tokens, max_tokens);
   absl::MutexLock lock(&mu_);
   Entry& e = entries_[id];
   if (!seq.ok()) {
@@ -125,10 +111,11 @@ absl::StatusOr<std::unique_ptr<transport::KvSink>> KvLeaseTable::Begin(
     // larger worker, else the client gets 400); full now is
     // RESOURCE_EXHAUSTED (a retry may fit).
     const absl::Status s =
-        never_fits ? seq.status()
-                   : absl::ResourceExhaustedError(absl::StrCat(
-                         "decode worker has no room for ", total,
-                         " tokens of KV: ", seq.status().message()));
+        absl::IsResourceExhausted(seq.status())
+            ? absl::ResourceExhaustedError(
+                  absl::StrCat("decode worker has no room for the ", tokens,
+                               "-token prompt's KV: ", seq.status().message()))
+            : seq.status();
     FailLocked(e, s);
     return s;
   }

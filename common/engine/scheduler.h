@@ -133,6 +133,19 @@ class GenerationScheduler {
   absl::StatusOr<RequestId> SubmitWithKv(GenerationRequest request, SeqId seq,
                                          int32_t first_token,
                                          TokenCallback callback);
+  // A new sequence with room for `prompt_tokens` of KV about to be imported
+  // (a push beginning) for a request that may generate `max_tokens` more, by
+  // the policy local requests follow: the prompt's blocks alone (the rest
+  // grows on demand, as a running sequence's does; with
+  // reserve_full_request, prompt + max_tokens). OUT_OF_RANGE when prompt +
+  // max_tokens exceed the whole pool; RESOURCE_EXHAUSTED while the pool
+  // cannot spare the blocks now: fewer free than that plus the watermark
+  // (while sequences run), or queued requests already waiting for blocks
+  // (a push must not take the blocks a preempted sequence waits for).
+  // The caller owns the sequence (SubmitWithKv, or Engine::FreeSequence
+  // through WithEngine).
+  absl::StatusOr<SeqId> CreateSequenceForImport(int prompt_tokens,
+                                                int max_tokens);
   // Stops a request and frees its blocks; its callback gets a final
   // "cancelled" event unless it already finished. Idempotent.
   void Cancel(RequestId id);
@@ -161,6 +174,10 @@ class GenerationScheduler {
   bool Step() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
   // Admits waiting requests while they fit; true when one was admitted.
   bool Admit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
+  // Gives `r` its KV for admission: OK, RESOURCE_EXHAUSTED (not enough free
+  // blocks now; `r` holds none) or another error (it fails).
+  absl::Status AdmitOne(Request& r, int64_t* hit_tokens)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_, mu_);
   // Plans each running sequence's tokens for this step within the budget and
   // grows its KV, preempting the newest sequences when blocks run out.
   bool PlanAndReserve() ABSL_EXCLUSIVE_LOCKS_REQUIRED(engine_mu_);
@@ -180,6 +197,8 @@ class GenerationScheduler {
   int outstanding_ ABSL_GUARDED_BY(mu_) = 0;  // submitted, final event not sent
   // Submitted, final event not being sent yet: what max_waiting bounds.
   int held_ ABSL_GUARDED_BY(mu_) = 0;
+  // The last admission stopped at a queued request short of KV blocks.
+  bool waiting_for_blocks_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   RequestId next_id_ ABSL_GUARDED_BY(mu_) = 1;
   SchedulerStats counters_ ABSL_GUARDED_BY(mu_);  // cumulative fields only

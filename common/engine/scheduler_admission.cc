@@ -9,71 +9,92 @@
 
 namespace pdserve {
 
+absl::Status GenerationScheduler::AdmitOne(Request& r, int64_t* hit_tokens) {
+  const int total = r.prompt_len() + r.req.stop.max_tokens;
+  absl::Status status;
+  if (r.imported) {
+    // The KV is already here (its receiver reserved the prompt's blocks).
+    if (options_.reserve_full_request) {
+      status = engine_->Reserve(r.seq, total);
+      if (!status.ok()) return status;
+    }
+    if (engine_->SequenceLength(r.seq) != r.prompt_len()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "imported sequence holds ", engine_->SequenceLength(r.seq),
+          " tokens of KV, the prompt has ", r.prompt_len()));
+    }
+    return absl::OkStatus();
+  }
+  if (r.seq < 0) r.seq = *engine_->CreateSequence();
+  int reused = 0;
+  if (options_.use_prefix_cache && !r.scoring_prompt) {
+    absl::StatusOr<int> attached =
+        engine_->AttachCachedPrefix(r.seq, r.context);
+    if (attached.ok()) {
+      reused = *attached;
+    } else {
+      status = attached.status();
+    }
+  }
+  const int need_tokens = options_.reserve_full_request
+                              ? total
+                              : static_cast<int>(r.context.size());
+  const int64_t need =
+      engine_->BlocksFor(need_tokens) - engine_->BlocksFor(reused);
+  const int64_t watermark = running_.empty()
+                                ? 0
+                                : static_cast<int64_t>(options_.kv_watermark *
+                                                       engine_->total_blocks());
+  if (status.ok() && engine_->free_blocks() - need < watermark) {
+    status = absl::ResourceExhaustedError("below the KV watermark");
+  }
+  if (status.ok()) status = engine_->Reserve(r.seq, need_tokens);
+  if (absl::IsResourceExhausted(status)) {
+    engine_->FreeSequence(r.seq);  // attached blocks stay cached
+    r.seq = -1;
+    return status;
+  }
+  if (status.ok()) {
+    r.prefilled = reused;
+    *hit_tokens += reused;
+  }
+  return status;
+}
+
 bool GenerationScheduler::Admit() {
   bool admitted = false;
   std::vector<std::pair<std::unique_ptr<Request>, absl::Status>> failed;
   int64_t hit_tokens = 0;
   {
     absl::MutexLock lock(&mu_);
-    while (!waiting_.empty() &&
+    // FIFO among requests that need blocks: once one is short, those behind
+    // it wait too. An imported request needs none (its receiver reserved
+    // them) and is admitted past it: waiting, it would hold its prompt's
+    // blocks out of reach of the one in front (which, with nothing running
+    // to free more, could then never be admitted).
+    waiting_for_blocks_ = false;
+    auto it = waiting_.begin();
+    while (it != waiting_.end() &&
            static_cast<int>(running_.size()) < options_.max_num_seqs) {
-      Request& r = *waiting_.front();
-      const int total = r.prompt_len() + r.req.stop.max_tokens;
-      absl::Status status;
-      if (r.imported) {
-        // The KV is already here (and was reserved by its receiver).
-        if (options_.reserve_full_request) {
-          status = engine_->Reserve(r.seq, total);
-          if (status.code() == absl::StatusCode::kResourceExhausted) break;
-        }
-        if (status.ok() && engine_->SequenceLength(r.seq) != r.prompt_len()) {
-          status = absl::FailedPreconditionError(absl::StrCat(
-              "imported sequence holds ", engine_->SequenceLength(r.seq),
-              " tokens of KV, the prompt has ", r.prompt_len()));
-        }
-      } else {
-        if (r.seq < 0) r.seq = *engine_->CreateSequence();
-        int reused = 0;
-        if (options_.use_prefix_cache && !r.scoring_prompt) {
-          absl::StatusOr<int> attached =
-              engine_->AttachCachedPrefix(r.seq, r.context);
-          if (attached.ok()) {
-            reused = *attached;
-          } else {
-            status = attached.status();
-          }
-        }
-        const int need_tokens = options_.reserve_full_request
-                                    ? total
-                                    : static_cast<int>(r.context.size());
-        const int64_t need =
-            engine_->BlocksFor(need_tokens) - engine_->BlocksFor(reused);
-        const int64_t watermark =
-            running_.empty() ? 0
-                             : static_cast<int64_t>(options_.kv_watermark *
-                                                    engine_->total_blocks());
-        if (status.ok() && engine_->free_blocks() - need < watermark) {
-          engine_->FreeSequence(r.seq);  // attached blocks stay cached
-          r.seq = -1;
-          break;  // FIFO: wait for blocks to be freed
-        }
-        if (status.ok()) status = engine_->Reserve(r.seq, need_tokens);
-        if (status.code() == absl::StatusCode::kResourceExhausted) {
-          engine_->FreeSequence(r.seq);
-          r.seq = -1;
-          break;
-        }
-        r.prefilled = reused;
-        hit_tokens += reused;
-      }
-      if (!status.ok()) {
-        failed.emplace_back(std::move(waiting_.front()), status);
-        waiting_.pop_front();
+      Request& r = **it;
+      const bool needs_blocks = !r.imported || options_.reserve_full_request;
+      if (waiting_for_blocks_ && needs_blocks) {
+        ++it;
         continue;
       }
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
-      admitted = true;
+      absl::Status status = AdmitOne(r, &hit_tokens);
+      if (absl::IsResourceExhausted(status)) {
+        waiting_for_blocks_ = true;  // wait for blocks to be freed
+        ++it;
+        continue;
+      }
+      if (!status.ok()) {
+        failed.emplace_back(std::move(*it), status);
+      } else {
+        running_.push_back(std::move(*it));
+        admitted = true;
+      }
+      it = waiting_.erase(it);
     }
     // Counted as running before leaving `waiting_` is visible (WaitIdle).
     num_running_ = static_cast<int>(running_.size());
@@ -92,6 +113,44 @@ bool GenerationScheduler::Admit() {
     }
   }
   return admitted || !failed.empty();
+}
+
+absl::StatusOr<SeqId> GenerationScheduler::CreateSequenceForImport(
+    int prompt_tokens, int max_tokens) {
+  const int total = prompt_tokens + std::max(0, max_tokens);
+  absl::MutexLock engine_lock(&engine_mu_);
+  absl::Status fits = engine_->CheckFitsPool(total);
+  if (!fits.ok()) return fits;
+  const int reserve_tokens =
+      options_.reserve_full_request ? total : prompt_tokens;
+  const int64_t need = engine_->BlocksFor(reserve_tokens);
+  {
+    absl::MutexLock lock(&mu_);
+    if (waiting_for_blocks_) {
+      return absl::ResourceExhaustedError(
+          "KV cache full: requests queued here already wait for blocks");
+    }
+  }
+  const int64_t watermark = running_.empty()
+                                ? 0
+                                : static_cast<int64_t>(options_.kv_watermark *
+                                                       engine_->total_blocks());
+  if (engine_->free_blocks() - need < watermark) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "KV cache full: ", need, " blocks for ", reserve_tokens, " tokens, ",
+        engine_->free_blocks(), " of ", engine_->total_blocks(), " free",
+        watermark > 0
+            ? absl::StrCat(" (", watermark, " kept for running sequences)")
+            : ""));
+  }
+  absl::StatusOr<SeqId> seq = engine_->CreateSequence();
+  if (!seq.ok()) return seq;
+  absl::Status s = engine_->Reserve(*seq, reserve_tokens);
+  if (!s.ok()) {
+    engine_->FreeSequence(*seq);
+    return s;
+  }
+  return seq;
 }
 
 bool GenerationScheduler::PlanAndReserve() {

@@ -4,7 +4,9 @@
 // (instead of queueing forever); every admitted request returns the exact
 // reference output; afterwards no KV block is in use on any worker. And the
 // router sends no worker more than it holds: a burst beyond the workers'
-// limits waits in the router's queue and is served, not refused by them.
+// limits waits in the router's queue and is served, not refused by them,
+// and pushes beyond a decode worker's free KV are served (their generated
+// tokens' blocks taken on demand), not refused.
 #include <atomic>
 #include <csignal>
 #include <functional>
@@ -253,6 +255,49 @@ TEST(Admission, TheBoundHoldsWhileTheOnlyDecodeWorkerRestarts) {
 // knows each pool's size from the workers' status, so none of this costs a
 // worker call that fails (a worker would refuse with OUT_OF_RANGE too), nor
 // a prefill whose KV no decode worker could take.
+// A decode worker takes a pushed prompt's blocks and grows the rest on
+// demand, as colocated mode does: requests that each fit its pool are
+// served exactly however many arrive at once, not refused for blocks their
+// max_tokens might use later (until 2026-12-06 a push reserved prompt +
+// max_tokens: here the third of five pushes arriving together was refused).
+TEST(Admission, PushesBeyondADecodeWorkersFreeKvAreServedNotRefused) {
+  ClusterOptions o;
+  o.common_flags = {"--metrics_port=-1"};
+  // 12 blocks of 16 tokens (stories260K's f32 KV is 20 KiB a block); the
+  // reference requests need 5, 5 and 9 by their end, 1 for their prompts.
+  o.decode_flags = {"--kv_cache_memory=240KiB"};
+  // While the prefill worker holds the first prompt, the others queue and
+  // then go through one pass: their pushes begin together.
+  o.prefill_flags = {"--testonly_prefill_delay_ms=300"};
+  auto cluster = Cluster::Start(o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  Cluster& c = **cluster;
+  auto d = c.Status(c.decode(0));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->total_kv_blocks(), 12);
+  const auto cases = LoadReferenceCases();
+  ASSERT_EQ(cases.size(), 3u);
+
+  constexpr int kClients = 6;
+  const std::vector<Outcome> outcomes = Burst(c, cases, kClients);
+  for (int i = 0; i < kClients; ++i) {
+    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
+        << "request " << i << ": " << outcomes[i].message;
+    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
+        << "request " << i;
+  }
+  ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
+  auto after = c.Status(c.decode(0));
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->kv_pushes_received(), kClients);
+  EXPECT_EQ(after->kv_pushes_failed(), 0);
+  // Whether the sequences overlapped enough to preempt depends on timing.
+  std::printf("decode worker: %.0f preemptions\n",
+              ScrapeRole(c.decode(0))
+                  .Get("pdserve_decode_preemptions_total")
+                  .value_or(-1));
+}
+
 TEST(Admission, ARequestLargerThanAWorkersKvPoolGoesToOneThatHoldsIt) {
   ClusterOptions o;
   o.decode = 2;

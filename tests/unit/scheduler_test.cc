@@ -2,7 +2,9 @@
 // small token budget per pass) gives the unchunked output; preemption under a
 // deliberately tiny KV budget still yields every request's exact output
 // (stories260K's reference greedy generations and concurrent seeded
-// requests); the batch-size limit and the KV watermark bound admission; the
+// requests), pushed sequences included (their prompt's blocks taken at the
+// push, never stuck behind a request short of blocks); the batch-size limit
+// and the KV watermark bound admission; the
 // old full-reservation mode waits instead of preempting; the prefix cache
 // serves a second request sharing a 64-token prefix; a request resumed with
 // its earlier outputs as prompt (marked as generated, as after a migration)
@@ -21,6 +23,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "common/engine/engine.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -314,6 +317,130 @@ TEST(Admission, ImportedSequencesAreNeverRefused) {
   EXPECT_EQ(out.count(2), 0u);
   EXPECT_EQ(out.count(4), 0u);
   EXPECT_EQ(stats.rejected, 2);
+  EXPECT_EQ(e->used_blocks(), 0);
+}
+
+// The prompt's KV computed into `seq` as a prefill worker would, then
+// submitted as a decode worker does with the first token sampled from the
+// last logits, which it returns. Inside WithEngine (the loop held).
+int32_t ComputeAndSubmit(GenerationScheduler& s, Engine& engine,
+                         const GenerationRequest& r, SeqId seq,
+                         const TokenCallback& callback) {
+  std::vector<float> logits;
+  EXPECT_TRUE(engine.Forward({{seq, r.prompt_ids, true}}, &logits).ok());
+  const SampledToken first =
+      SampleToken(logits, r.sampling, r.prompt_ids, {},
+                  static_cast<int64_t>(r.prompt_ids.size()));
+  EXPECT_TRUE(s.SubmitWithKv(r, seq, first.id, callback).ok());
+  return first.id;
+}
+
+// Pushed sequences take their prompt's blocks and grow on demand like local
+// ones: more of them than the pool holds at their full length run, are
+// preempted and re-prefilled, and end exactly. A push is refused while a
+// queued request waits for blocks (it would take them), and one waiting
+// behind such a request, holding its blocks, is admitted past it (else,
+// with nothing running, neither could ever run).
+TEST(Preemption, ImportedSequencesGrowOnDemandAndNeverWaitBehindAShortOne) {
+  const std::vector<GenerationRequest> reqs = {
+      Seeded(RandomTokens(21, 20), 1, 60),
+      Seeded(RandomTokens(22, 30), 2, 60),
+      Seeded(RandomTokens(23, 12), 3, 60),
+      Seeded(RandomTokens(24, 25), 4, 60),
+      Seeded(RandomTokens(25, 100), 5, 30),
+      Seeded(RandomTokens(26, 159), 6, 20)};
+  const auto want = Alone(reqs);
+  auto e = MakeEngine({.kv_bytes = 32 * 8 * 256 * 5, .block_size = 8});
+  ASSERT_EQ(e->total_blocks(), 32);
+  SchedulerOptions so;
+  so.kv_watermark = 0;
+  absl::Mutex mu;
+  std::map<int, std::vector<int32_t>> out;  // with the first token in front
+  std::map<int, absl::Notification> done;
+  const auto collect = [&](int i) {
+    return [&, i](const TokenEvent& ev) {
+      absl::MutexLock lock(&mu);
+      if (ev.has_token) out[i].push_back(ev.token_id);
+      if (ev.finished) done[i].Notify();
+    };
+  };
+  // False when request i never finished (the scheduler's destructor then
+  // cancels what is left).
+  const auto wait_for = [&](int i) {
+    if (!done[i].WaitForNotificationWithTimeout(absl::Seconds(60))) {
+      ADD_FAILURE() << "#" << i << " never finished";
+      return false;
+    }
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(out[i], want[i]) << "#" << i;
+    return true;
+  };
+  for (int i = 0; i < 6; ++i) done[i];
+  GenerationScheduler s(e.get(), so);
+  // 300 tokens could never fit 32 blocks of 8.
+  EXPECT_EQ(s.CreateSequenceForImport(20, 280).status().code(),
+            absl::StatusCode::kOutOfRange);
+  // Four pushes take 2-4 blocks each and need 9-12 by their end; they
+  // arrive together (the loop held).
+  std::vector<SeqId> seqs;
+  for (int i = 0; i < 4; ++i) {
+    auto seq = s.CreateSequenceForImport(
+        static_cast<int>(reqs[i].prompt_ids.size()), reqs[i].stop.max_tokens);
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    seqs.push_back(*seq);
+    absl::MutexLock lock(&mu);
+    out[i].push_back(want[i][0]);
+  }
+  EXPECT_EQ(e->used_blocks(), 3 + 4 + 2 + 4) << "the prompts' blocks alone";
+  s.WithEngine([&](Engine& engine) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(ComputeAndSubmit(s, engine, reqs[i], seqs[i], collect(i)),
+                want[i][0]);
+    }
+  });
+  for (int i = 0; i < 4; ++i) {
+    if (!wait_for(i)) return;
+  }
+  s.WaitIdle();
+  EXPECT_GT(s.stats().preemptions, 0);
+  EXPECT_EQ(e->used_blocks(), 0);
+
+  // A pushed 100-token prompt (13 blocks) is received outside the scheduler
+  // while a local 159-token one (20 blocks) cannot be admitted (19 free).
+  auto held = s.CreateSequenceForImport(100, 30);
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(e->used_blocks(), 13) << "the prompt's blocks alone";
+  ASSERT_TRUE(s.Submit(reqs[5], collect(5)).ok());
+  // Once the scheduler has found that one short, a push is refused though a
+  // block is free for it.
+  absl::Status refused;
+  for (int tries = 0; tries < 500 && refused.ok(); ++tries) {
+    auto seq = s.CreateSequenceForImport(8, 1);
+    refused = seq.status();
+    if (seq.ok()) {
+      s.WithEngine([&](Engine& engine) { engine.FreeSequence(*seq); });
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("wait for blocks"), std::string::npos)
+      << refused;
+  // The received one is submitted behind it and runs first; then the local.
+  {
+    absl::MutexLock lock(&mu);
+    out[4].push_back(want[4][0]);
+  }
+  s.WithEngine([&](Engine& engine) {
+    EXPECT_EQ(ComputeAndSubmit(s, engine, reqs[4], *held, collect(4)),
+              want[4][0]);
+  });
+  if (!wait_for(4) || !wait_for(5)) return;
+  s.WaitIdle();
+  auto after = s.CreateSequenceForImport(8, 1);
+  EXPECT_TRUE(after.ok()) << "none waits now: " << after.status();
+  if (after.ok()) {
+    s.WithEngine([&](Engine& engine) { engine.FreeSequence(*after); });
+  }
   EXPECT_EQ(e->used_blocks(), 0);
 }
 
