@@ -413,6 +413,10 @@ std::optional<ParsedRequest> ParseCompletionRequest(const json& body,
   parsed.endpoint = Endpoint::kCompletions;
   v1::GenerateRequest proto;
   ReadCommon(f, parsed, proto);
+  // Unset (or null): OpenAI's default for this endpoint, as vLLM's.
+  if (!proto.has_max_tokens()) {
+    proto.set_max_tokens(kCompletionsDefaultMaxTokens);
+  }
   if (auto v = f.Bool("echo")) parsed.echo = *v;
   if (auto v = f.Int("logprobs", 0, 20)) {
     parsed.logprobs = true;

@@ -70,6 +70,10 @@ uint64_t ChoiceSeed(uint64_t seed, int index);
 // The most choices one request may ask for (n x prompts).
 inline constexpr int kMaxChoices = 128;
 
+// max_tokens of a completions request that sets none (OpenAI's API
+// reference and vLLM). Chat requests get the router's --default_max_tokens.
+inline constexpr int kCompletionsDefaultMaxTokens = 16;
+
 }  // namespace pdserve::openai
 
 #endif  // PDSERVE_ROUTER_HTTP_OPENAI_REQUEST_H_

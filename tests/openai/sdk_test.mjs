@@ -162,6 +162,14 @@ const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
         JSON.stringify(r.usage));
 }
 
+// 4a. A completion without max_tokens gets OpenAI's default of 16 tokens.
+{
+  const r = await client.completions.create({ model, prompt: "Tom", ignore_eos: true });
+  check("completions without max_tokens generate 16 tokens (OpenAI's default)",
+        r.usage.completion_tokens === 16 && r.choices[0].finish_reason === "length",
+        JSON.stringify(r.usage));
+}
+
 // 4b. models.list and models.retrieve.
 {
   const list = await client.models.list();
