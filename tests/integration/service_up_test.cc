@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -161,6 +162,14 @@ TEST(UpTest, SigtermStopsEverythingCleanly) {
   EXPECT_TRUE(WIFEXITED(*st) && WEXITSTATUS(*st) == 0)
       << DescribeWaitStatus(*st);
   EXPECT_TRUE(AllGone(pids, absl::Seconds(5)));
+  // Nothing failed: the children's logs are removed.
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  EXPECT_FALSE(absl::StrContains(err, "logs kept")) << err;
+  int log_dirs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(up->dir.path())) {
+    log_dirs += absl::StartsWith(e.path().filename().string(), "pdserve-up-");
+  }
+  EXPECT_EQ(log_dirs, 0);
 }
 
 // "NAME   127.0.0.1:PORT (pid PID)" lines of up's start-up report.
@@ -290,6 +299,14 @@ TEST(UpTest, RequestsWaitForARestartingDecodeWorker) {
   EXPECT_GT(WaitForRestart(*up, "decode0", decode.pid).pid, 0);
   up->proc.Signal(SIGTERM);
   (void)up->proc.Wait(absl::Seconds(30));
+  // A child failed during the run: its log (both processes') is kept.
+  const std::string err = ReadFile(up->dir.path() + "/err");
+  std::smatch kept;
+  ASSERT_TRUE(std::regex_search(
+      err, kept, std::regex("logs kept in (\\S+)/ \\(failed: decode0\\)")))
+      << err;
+  const std::string log = ReadFile(std::string(kept[1]) + "/decode0.log");
+  EXPECT_TRUE(absl::StrContains(log, "pdserve decode")) << log;
 }
 
 TEST(UpTest, RestartNeverLeavesAFailedWorkerDown) {

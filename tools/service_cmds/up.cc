@@ -84,6 +84,7 @@ struct Child {
   absl::Time started;                    // when the current process started
   std::optional<absl::Time> restart_at;  // scheduled restart
   bool starting = false;                 // restarted, port file not written yet
+  bool ever_failed = false;  // its log holds a failure: keep the logs
 };
 
 // The delay before restart number `n` (0-based): 0.5 s doubling to 30 s.
@@ -260,6 +261,7 @@ void SuperviseChild(const std::string& self, const std::string& dir,
   auto st = c.proc.Poll();
   if (!st.has_value()) return;
   const bool failed = !WIFEXITED(*st) || WEXITSTATUS(*st) != 0;
+  c.ever_failed |= failed;
   std::fprintf(stderr, "pdserve up: %s (pid %d) %s; see %s/%s.log\n",
                c.name.c_str(), c.proc.pid(), DescribeWaitStatus(*st).c_str(),
                dir.c_str(), c.name.c_str());
@@ -525,9 +527,16 @@ int RunUp(const std::vector<std::string>&) {
   }
   StopAll(children);
   std::fprintf(stderr, "pdserve up: stopped\n");
-  if (rc == 0) {
+  std::string failed_children;
+  for (const Child& c : children) {
+    if (c.ever_failed) absl::StrAppend(&failed_children, " ", c.name);
+  }
+  if (rc == 0 && failed_children.empty()) {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);  // logs are kept only on failure
+  } else if (!failed_children.empty()) {
+    std::fprintf(stderr, "pdserve up: logs kept in %s/ (failed:%s)\n",
+                 dir.c_str(), failed_children.c_str());
   }
   return rc;
 }
