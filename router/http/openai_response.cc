@@ -62,9 +62,13 @@ void SendError(http::Responder& responder, int http_status,
                const std::string& code, std::optional<int> retry_after_ms) {
   http::Headers headers;
   if (retry_after_ms.has_value()) {
+    // Whole seconds (RFC 9110), and the exact hint in the header OpenAI's
+    // SDKs read first.
     headers.emplace_back(
         "Retry-After",
         std::to_string((std::max(*retry_after_ms, 1) + 999) / 1000));
+    headers.emplace_back("retry-after-ms",
+                         std::to_string(std::max(*retry_after_ms, 0)));
   }
   responder.Send(http_status, "application/json",
                  DumpJson(ErrorJson(http_status, message, param, code)),

@@ -89,12 +89,14 @@ TEST(OpenAiSdkTest, OfficialClientSeesWhatGrpcAndCompleteReturn) {
   Cluster& c = **cluster;
   // A router that is full at once, for the 429 check.
   ClusterOptions small;
-  small.router_flags = {"--max_in_flight=1", "--admission_queue=0"};
+  small.router_flags = {"--max_in_flight=1", "--admission_queue=0",
+                        "--retry_after_ms=250"};
   auto overload = Cluster::Start(small);
   ASSERT_TRUE(overload.ok()) << overload.status();
 
   json expect;
   expect["model"] = "stories260K";
+  expect["retry_after_ms"] = "250";  // the overloaded router's hint
   // The chat case: the rendered prompt's ids from the router (gRPC
   // Tokenize with messages), exactly one BOS, and complete's output on them.
   const json messages =

@@ -216,8 +216,10 @@ if (args.overload_url) {
   const limited = results.filter((r) => r.status === "rejected" && r.reason.status === 429);
   check("overload -> RateLimitError 429 with Retry-After",
         limited.length > 0 && limited.every((r) => r.reason instanceof OpenAI.RateLimitError &&
-          Number(r.reason.headers?.["retry-after"]) >= 1),
-        `${limited.length} of 8 limited; retry-after ${limited[0]?.reason.headers?.["retry-after"]}`);
+          Number(r.reason.headers?.["retry-after"]) >= 1 &&
+          r.reason.headers?.["retry-after-ms"] === expect.retry_after_ms),
+        `${limited.length} of 8 limited; retry-after ${limited[0]?.reason.headers?.["retry-after"]}, ` +
+        `retry-after-ms ${limited[0]?.reason.headers?.["retry-after-ms"]}`);
 }
 
 console.log(failures === 0 ? "sdk_test: all checks passed" : `sdk_test: ${failures} check(s) failed`);
