@@ -19,7 +19,7 @@ namespace {
 constexpr const char* kKnownPaths[] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models",
     "/v1/models/{model}",   "/health",         "/tokenize",
-    "/detokenize"};
+    "/detokenize",          "/metrics"};
 
 // The JSON body, or an answered 400.
 std::optional<json> ParseBody(const http::Request& request,
@@ -121,6 +121,16 @@ void OpenAiApi::Handle(http::Request request,
   if (endpoint == "/tokenize") {
     if (!post) return wrong_method("POST");
     return Tokenize(request, *responder);
+  }
+  if (endpoint == "/metrics") {
+    if (!get) return wrong_method("GET, HEAD");
+    if (!options_.metrics_text) {
+      metrics_->CountHttpRequest(endpoint, 404);
+      return SendError(*responder, 404, "no metrics on this server");
+    }
+    metrics_->CountHttpRequest(endpoint, 200);
+    return responder->Send(200, "text/plain; version=0.0.4; charset=utf-8",
+                           options_.metrics_text());
   }
   if (!post) return wrong_method("POST");
   Detokenize(request, *responder);

@@ -1,14 +1,15 @@
 // OpenAiApi: the router's OpenAI-compatible HTTP API (/v1/chat/completions,
-// /v1/completions, /v1/models[/ID], /health, /tokenize, /detokenize; docs/
-// openai.md). Each generation request becomes GenerateRequests run by the
-// same GenerationCore as gRPC (so validation, routing, retries, migration,
-// cancellation, metrics and stage timings are shared) and its token stream
-// is turned into one JSON response or server-sent events. A client that
+// /v1/completions, /v1/models[/ID], /health, /tokenize, /detokenize,
+// /metrics; docs/openai.md). Each generation request becomes GenerateRequests
+// run by the same GenerationCore as gRPC (so validation, routing, retries,
+// migration, cancellation, metrics and stage timings are shared) and its token
+// stream is turned into one JSON response or server-sent events. A client that
 // disconnects cancels its requests. Thread-safe.
 #ifndef PDSERVE_ROUTER_HTTP_OPENAI_API_H_
 #define PDSERVE_ROUTER_HTTP_OPENAI_API_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,9 @@ namespace pdserve::openai {
 struct ApiOptions {
   std::string served_model_name;  // the `model` clients send (GET /v1/models)
   int64_t created = 0;            // unix seconds shown for the model
+  // GET /metrics: the router's metrics in Prometheus text format, as on its
+  // metrics port (vLLM serves them on its API port too). Empty: 404.
+  std::function<std::string()> metrics_text;
 };
 
 class OpenAiApi {

@@ -2,7 +2,8 @@
 // each serving /metrics on a free port), real requests, then every /metrics
 // endpoint is scraped and each metric of the catalogue must exist on its
 // role and have moved by exactly what the client saw (tokens, prompt tokens,
-// KV bytes computed from the model shape, status codes, blocks back to 0).
+// KV bytes computed from the model shape, status codes, blocks back to 0);
+// the router's HTTP API serves the same at GET /metrics.
 // Failures are injected for real (corrupted KV chunk, stalled push). The
 // per-request stage timings must add up to the client-measured latency within
 // the tolerance stated in docs/observability.md.
@@ -171,6 +172,11 @@ TEST(ObservabilityTest, EveryMetricMovesByWhatTheClientSaw) {
     PrometheusSamples r = Scrape(rp);
     ExpectCatalogue(r, "router");
     EXPECT_EQ(Value(r, "pdserve_requests_total", {{"code", "OK"}}), n);
+    // The same registry on the HTTP API's port (GET /metrics, as vLLM).
+    auto api = metrics::ScrapeMetrics("127.0.0.1", rp.http_port);
+    ASSERT_TRUE(api.ok()) << api.status();
+    ExpectCatalogue(*api, "router");
+    EXPECT_EQ(Value(*api, "pdserve_requests_total", {{"code", "OK"}}), n);
     EXPECT_EQ(r.Sum("pdserve_requests_total"), n + (i == 0 ? 1 : 0));
     EXPECT_EQ(
         Value(r, "pdserve_requests_total", {{"code", "INVALID_ARGUMENT"}}),

@@ -9,6 +9,8 @@
 #include "common/metrics/router_metrics.h"
 #include "common/util/logging.h"
 #include "common/util/signals.h"
+#include "prometheus/registry.h"
+#include "prometheus/text_serializer.h"
 #include "router/generation_service.h"
 #include "router/http/http_server.h"
 #include "router/http/openai_api.h"
@@ -267,6 +269,9 @@ int RunRouter(const std::vector<std::string>&) {
   openai::ApiOptions api_options;
   api_options.served_model_name = ServedModelName(model_path);
   api_options.created = absl::ToUnixSeconds(absl::Now());
+  api_options.metrics_text = [registry = &(*metrics_server)->registry()] {
+    return prometheus::TextSerializer().Serialize(registry->Collect());
+  };
   openai::OpenAiApi api(&core, &router_metrics, api_options);
   std::unique_ptr<http::Server> http_server;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port != 0) {
