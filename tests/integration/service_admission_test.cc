@@ -66,6 +66,17 @@ std::vector<Outcome> Burst(Cluster& c, const std::vector<ReferenceCase>& cases,
   return outcomes;
 }
 
+// Every request of a Burst returned its reference output.
+void ExpectEveryOneServedExactly(const std::vector<Outcome>& outcomes,
+                                 const std::vector<ReferenceCase>& cases) {
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
+        << "request " << i << ": " << outcomes[i].message;
+    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
+        << "request " << i;
+  }
+}
+
 TEST(Admission, OverloadIsRefusedWithARetryHintAndAdmittedRequestsAreExact) {
   ClusterOptions o;
   o.prefill = 1;
@@ -136,12 +147,7 @@ TEST(Admission, ABurstBeyondTheWorkersLimitsWaitsInTheRouterAndIsServed) {
 
   constexpr int kClients = 32;
   const std::vector<Outcome> outcomes = Burst(c, cases, kClients);
-  for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
-        << "request " << i << ": " << outcomes[i].message;
-    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
-        << "request " << i;
-  }
+  ExpectEveryOneServedExactly(outcomes, cases);
   // Nothing was sent to a worker that had no room for it.
   auto p = c.Status(c.prefill(0));
   auto d = c.Status(c.decode(0));
@@ -234,12 +240,7 @@ TEST(Admission, TheBoundHoldsWhileTheOnlyDecodeWorkerRestarts) {
     FAIL() << restarted.status();
   }
   clients.join();
-  for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
-        << "request " << i << ": " << outcomes[i].message;
-    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
-        << "request " << i;
-  }
+  ExpectEveryOneServedExactly(outcomes, cases);
   auto d = c.Status(**restarted);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_EQ(d->requests_rejected(), 0) << "the restarted worker was flooded";
@@ -280,12 +281,7 @@ TEST(Admission, PushesBeyondADecodeWorkersFreeKvAreServedNotRefused) {
 
   constexpr int kClients = 6;
   const std::vector<Outcome> outcomes = Burst(c, cases, kClients);
-  for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(outcomes[i].code, grpc::StatusCode::OK)
-        << "request " << i << ": " << outcomes[i].message;
-    EXPECT_EQ(outcomes[i].output_ids, cases[i % cases.size()].output_ids)
-        << "request " << i;
-  }
+  ExpectEveryOneServedExactly(outcomes, cases);
   ASSERT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok()) << c.Logs();
   auto after = c.Status(c.decode(0));
   ASSERT_TRUE(after.ok()) << after.status();
