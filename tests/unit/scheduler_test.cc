@@ -375,6 +375,7 @@ TEST(Preemption, ImportedSequencesGrowOnDemandAndNeverWaitBehindAShortOne) {
     EXPECT_EQ(out[i], want[i]) << "#" << i;
     return true;
   };
+  // Every entry made now: the callbacks and wait_for only look them up.
   for (int i = 0; i < 6; ++i) done[i];
   GenerationScheduler s(e.get(), so);
   // 300 tokens could never fit 32 blocks of 8.
