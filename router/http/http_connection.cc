@@ -133,7 +133,16 @@ class Connection : public ConnectionControl,
           on_gone_ = std::move(on_gone);
         }
       }
-      if (call_now && on_gone) on_gone();
+      if (call_now && on_gone) return on_gone();
+      // The client may have half-closed before this request watched for it.
+      Post([](Connection& c, ResponderImpl&) {
+        if (c.peer_half_closed_) c.Close();
+      });
+    }
+    // Whether the handler watches for the client leaving (a generation).
+    bool WatchesClient() {
+      absl::MutexLock lock(&mu_);
+      return on_gone_ != nullptr;
     }
     bool client_gone() const override { return gone_.load(); }
 
@@ -199,11 +208,24 @@ class Connection : public ConnectionControl,
     socket_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](
                                                        ErrorCode ec, size_t n) {
       self->watching_ = false;
+      if (ec == net::error::eof && self->responder_ != nullptr) {
+        return self->OnHalfClosedWhileAnswering();
+      }
       if (ec) return self->Close();
       self->buffer_.commit(n);
       // Answering: the next request waits until this one is done.
       if (self->responder_ == nullptr) self->ReadRequest();
     });
+  }
+
+  // The client shut its side (EOF) while its request is answered, as
+  // `printf ... | nc -N` does. A handler watching for the client leaving (a
+  // generation) takes it as gone, as Go's and uvicorn's servers do; any
+  // other answer is still written, then the connection closes.
+  void OnHalfClosedWhileAnswering() {
+    peer_half_closed_ = true;
+    keep_alive_ = false;
+    if (responder_->WatchesClient()) Close();
   }
 
   void ReadRequest() {
@@ -407,6 +429,7 @@ class Connection : public ConnectionControl,
   bool writing_ = false;
   bool response_complete_ = false;
   bool close_after_write_ = false;
+  bool peer_half_closed_ = false;  // EOF read: no more requests will come
   bool closed_ = false;
 };
 

@@ -2,6 +2,8 @@
 // that cannot accept (EMFILE) must neither spin a core nor stop serving once
 // descriptors are free again, and one whose limit is below its connection
 // cap closes the surplus connections instead of leaving them unaccepted.
+// And a client that half-closes after its request: an answer still reaches
+// it, unless the handler watches for the client leaving (a generation).
 #include "router/http/http_server.h"
 
 #include <arpa/inet.h>
@@ -11,9 +13,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
@@ -156,6 +161,66 @@ TEST(HttpServerTest, ConnectionsBeyondTheLimitAreClosedNotLeftWaiting) {
   }
   EXPECT_GE(served, 1);
   EXPECT_LT(served, 40);
+}
+
+// Sends `request`, shuts the write side (as `printf ... | nc -N` does) and
+// returns what comes back until the server closes or the receive times out.
+std::string SendHalfClosedAndRead(int fd, const std::string& request) {
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) < 0) return "";
+  shutdown(fd, SHUT_WR);
+  std::string response;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) response.append(buf, n);
+  return response;
+}
+
+TEST(HttpServerTest, HalfClosedClientsGetLateAnswersUnlessTheHandlerWatches) {
+  // GET answers 200 ms late (on another thread), so the client's EOF always
+  // reaches the server first. POST registers a client-gone callback and
+  // never answers, as a generation whose client left would.
+  std::atomic<int> gone_calls{0};
+  std::vector<std::thread> answerers;
+  absl::Mutex mu;
+  ServerOptions options;
+  options.host = "127.0.0.1";
+  options.port = 0;
+  auto server = Server::Start(
+      options, [&](Request request, std::shared_ptr<Responder> responder) {
+        if (request.method == "POST") {
+          responder->SetOnClientGone([&] { gone_calls.fetch_add(1); });
+          return;
+        }
+        absl::MutexLock lock(&mu);
+        answerers.emplace_back([responder] {
+          absl::SleepFor(absl::Milliseconds(200));
+          responder->Send(200, "text/plain", "late pong");
+        });
+      });
+  ASSERT_TRUE(server.ok()) << server.status();
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ConnectTo((*server)->port());
+    ASSERT_GE(fd, 0);
+    const std::string response =
+        SendHalfClosedAndRead(fd, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n");
+    close(fd);
+    EXPECT_NE(response.find("200 OK"), std::string::npos) << response;
+    EXPECT_NE(response.find("late pong"), std::string::npos) << response;
+  }
+  const int fd = ConnectTo((*server)->port());
+  ASSERT_GE(fd, 0);
+  const absl::Time start = absl::Now();
+  const std::string response = SendHalfClosedAndRead(
+      fd, "POST /gen HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+  close(fd);
+  EXPECT_EQ(response, "") << "a watched request is abandoned on EOF";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "closed, not timed out";
+  for (int waited = 0; gone_calls.load() == 0 && waited < 100; ++waited) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(gone_calls.load(), 1);
+  absl::MutexLock lock(&mu);
+  for (std::thread& t : answerers) t.join();
 }
 
 }  // namespace
