@@ -196,12 +196,13 @@ std::shared_ptr<RequestHandle> GenerationCore::Generate(
                                : request.request_id();
   std::string worker_key =
       absl::StrCat(request_id, "@", instance_id_, ".", serial);
-  auto run = RequestRun::Create(
-      env_, std::move(request_id), std::move(worker_key), *std::move(resolved),
-      arrival, deadline, sink,
-      [this, arrival](const RequestEnd& end, const ClientStream& s) {
-        OnRunEnd(end, s, arrival);
-      });
+  auto on_end = [this, arrival, key = worker_key](const RequestEnd& end,
+                                                  const ClientStream& s) {
+    OnRunEnd(end, s, arrival, key);
+  };
+  auto run = RequestRun::Create(env_, std::move(request_id),
+                                std::move(worker_key), *std::move(resolved),
+                                arrival, deadline, sink, std::move(on_end));
   bool start_now = false;
   const int64_t limit = AdmissionLimit();
   {
@@ -261,12 +262,28 @@ void GenerationCore::Launch(const std::shared_ptr<RequestHandle>& handle,
     handle->run_ = run;
     cancelled = handle->cancelled_;
   }
+  {
+    absl::MutexLock lock(&mu_);
+    launched_[run->worker_key()] = run;
+  }
   run->Start();
   if (cancelled) run->Cancel();
 }
 
+void GenerationCore::StopRunning(const absl::Status& why) {
+  std::vector<std::shared_ptr<RequestRun>> runs;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, weak] : launched_) {
+      if (auto run = weak.lock()) runs.push_back(std::move(run));
+    }
+  }
+  for (const auto& run : runs) run->CancelWith(why);
+}
+
 void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
-                              absl::Time arrival) {
+                              absl::Time arrival,
+                              const std::string& worker_key) {
   metrics::RequestSummary summary;
   summary.code = end.status.code();
   summary.e2e_seconds = absl::ToDoubleSeconds(absl::Now() - arrival);
@@ -294,6 +311,7 @@ void GenerationCore::OnRunEnd(const RequestEnd& end, const ClientStream& stream,
   {
     absl::MutexLock lock(&mu_);
     --running_;
+    launched_.erase(worker_key);
     admitted = TakeAdmittedLocked(limit);
   }
   for (Waiting& w : admitted) Launch(w.handle, w.run);

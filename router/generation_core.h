@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -81,6 +82,10 @@ class GenerationCore {
 
   // New requests get UNAVAILABLE from now on.
   void StartDraining() { draining_.store(true); }
+  // Ends every running request with `why` (its workers stop and free its
+  // KV): for the drain timeout, so that each client gets a status rather
+  // than a cut connection.
+  void StopRunning(const absl::Status& why);
   // Requests running or waiting for admission.
   int in_flight() const;
 
@@ -105,7 +110,7 @@ class GenerationCore {
   // which holds the sink (a sink may own the handle: an HTTP job's).
   static void DetachRun(RequestHandle& handle);
   void OnRunEnd(const RequestEnd& end, const ClientStream& stream,
-                absl::Time arrival);
+                absl::Time arrival, const std::string& worker_key);
   // Starts `run` for `handle` (counted as running already) unless cancelled.
   void Launch(const std::shared_ptr<RequestHandle>& handle,
               const std::shared_ptr<RequestRun>& run);
@@ -140,6 +145,9 @@ class GenerationCore {
 
   mutable absl::Mutex mu_;
   int running_ ABSL_GUARDED_BY(mu_) = 0;
+  // The launched runs that have not ended, by worker key (for StopRunning).
+  absl::flat_hash_map<std::string, std::weak_ptr<RequestRun>> launched_
+      ABSL_GUARDED_BY(mu_);
   std::deque<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread admission_timer_;

@@ -102,8 +102,13 @@ void RequestRun::Start() {
   queue_.Post([self = shared_from_this()] { self->StartAttempt(); });
 }
 
-void RequestRun::Cancel() {
-  if (cancelled_.exchange(true)) return;
+void RequestRun::CancelWith(absl::Status why) {
+  {
+    absl::MutexLock lock(&cancel_mu_);
+    if (cancelled_.load()) return;
+    cancel_status_ = std::move(why);
+    cancelled_.store(true);
+  }
   queue_.Post([self = shared_from_this()] {
     if (self->ended_) return;
     // The calls in flight end with CANCELLED and AttemptFailed ends the run;
@@ -114,9 +119,14 @@ void RequestRun::Cancel() {
     if (calls_active) {
       self->StopCalls();
     } else {
-      self->End(absl::CancelledError("client cancelled"));
+      self->End(self->CancelStatus());
     }
   });
+}
+
+absl::Status RequestRun::CancelStatus() {
+  absl::MutexLock lock(&cancel_mu_);
+  return cancel_status_;
 }
 
 void RequestRun::StopCalls() {
@@ -128,7 +138,7 @@ void RequestRun::StopCalls() {
 
 void RequestRun::StartAttempt() {
   if (ended_) return;
-  if (cancelled_.load()) return End(absl::CancelledError("client cancelled"));
+  if (cancelled_.load()) return End(CancelStatus());
   if (PastDeadline()) {
     return End(absl::DeadlineExceededError(
         last_.ok() ? "deadline exceeded"
@@ -474,7 +484,7 @@ void RequestRun::AttemptFailed(absl::Status status) {
     AbortAsync(a.decode, a.worker_request_id);
     return End(past_deadline ? absl::DeadlineExceededError(absl::StrCat(
                                    "deadline exceeded: ", status.message()))
-                             : absl::CancelledError("client cancelled"));
+                             : CancelStatus());
   }
   // The client did not cancel: a worker call that ended CANCELLED was cut on
   // the workers' side (D's KV push cancelled because its prefill worker

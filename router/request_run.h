@@ -19,7 +19,9 @@
 #include <set>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/metrics/router_metrics.h"
 #include "common/tokenizer/tokenizer.h"
@@ -67,7 +69,12 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   void Start();
   // The client went away: stops the workers and ends the run with CANCELLED
   // (unless it already ended). Any thread, any number of times.
-  void Cancel();
+  void Cancel() { CancelWith(absl::CancelledError("client cancelled")); }
+  // As Cancel, ending the run with `why` instead (the router stops: the
+  // client should retry elsewhere). The first call's status wins.
+  void CancelWith(absl::Status why);
+  // Unique among every router's requests (see Create).
+  const std::string& worker_key() const { return worker_key_; }
 
   // Use Create.
   RequestRun(const PipelineEnv& env, std::string request_id,
@@ -133,6 +140,9 @@ class RequestRun : public std::enable_shared_from_this<RequestRun> {
   EndCallback on_end_;
   SerialQueue queue_;
   std::atomic<bool> cancelled_{false};
+  absl::Mutex cancel_mu_;
+  absl::Status cancel_status_ ABSL_GUARDED_BY(cancel_mu_);  // once cancelled_
+  absl::Status CancelStatus();
 
   // State of the run (queue_ only).
   ClientStream stream_;

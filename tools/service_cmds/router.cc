@@ -305,7 +305,8 @@ int RunRouter(const std::vector<std::string>&) {
        },
        [c, h] {
          return c->in_flight() + (h != nullptr ? h->active_requests() : 0);
-       }});
+       },
+       [c](const absl::Status& why) { c->StopRunning(why); }});
   if (http_server != nullptr) http_server->Stop();
   ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;

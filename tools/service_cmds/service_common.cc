@@ -158,8 +158,25 @@ int ServeUntilTerminated(grpc::Server& server, int port,
     if (WaitForTerminationSignal(absl::Milliseconds(50)).has_value()) break;
   }
   const int left = hooks.active ? hooks.active() : 0;
-  if (left > 0)
+  if (left > 0 && hooks.stop_in_flight) {
+    PDSERVE_LOG_WARNING(
+        "drain timeout: %d requests still in flight; ending them with "
+        "UNAVAILABLE",
+        left);
+    hooks.stop_in_flight(absl::UnavailableError(absl::StrCat(
+        role,
+        " is stopping: the request was still running when the drain "
+        "timeout (--drain_timeout_seconds=",
+        absl::GetFlag(FLAGS_drain_timeout_seconds), ") passed; retry it")));
+    // Long enough for the final messages to be written, not for a stuck
+    // client to hold the stop.
+    const absl::Time grace = absl::Now() + kStopInFlightGrace;
+    while (hooks.active() > 0 && absl::Now() < grace) {
+      if (WaitForTerminationSignal(absl::Milliseconds(20)).has_value()) break;
+    }
+  } else if (left > 0) {
     PDSERVE_LOG_WARNING("drain timeout: %d requests still in flight", left);
+  }
   server.Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   PDSERVE_LOG_INFO("stopped");
   return listener_failure.has_value() ? kExitListenerFailed : 0;

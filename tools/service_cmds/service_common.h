@@ -11,6 +11,7 @@
 
 #include "absl/flags/declare.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/engine/engine.h"
 #include "common/grpc_util/grpc_util.h"
 #include "common/metrics/metrics_server.h"
@@ -58,14 +59,21 @@ absl::Status CheckPortFlag(absl::string_view flag, int port);
 struct DrainHooks {
   std::function<void()> start_draining;  // stop accepting new work
   std::function<int()> active;           // work still in flight
+  // At the drain timeout, work still in flight: end it with `why` so that
+  // its clients get a status, not a cut connection (optional).
+  std::function<void(const absl::Status& why)> stop_in_flight;
 };
+// How long a drain that timed out waits, after stop_in_flight, for the
+// requests' final messages to be written.
+inline constexpr absl::Duration kStopInFlightGrace = absl::Seconds(2);
 // The exit status of a role whose gRPC listener stopped accepting
 // connections (GrpcListenerFailure): a failure, so supervisors restart it.
 inline constexpr int kExitListenerFailed = 3;
 // Announces the bound port (stdout line + --port_file), serves until SIGINT
 // or SIGTERM, or until the gRPC listener stopped accepting, then drains:
 // health NOT_SERVING, start_draining(), waits up to --drain_timeout_seconds
-// for active() == 0, shuts the server down. Returns the exit code (0, or
+// for active() == 0, then (work left) stop_in_flight() and up to
+// kStopInFlightGrace more, shuts the server down. Returns the exit code (0, or
 // kExitListenerFailed). Call BlockTerminationSignals() before starting
 // threads.
 int ServeUntilTerminated(grpc::Server& server, int port,
