@@ -10,6 +10,8 @@ target_link_libraries(pdserve_http_test_client PUBLIC absl::status
   absl::statusor absl::strings absl::time)
 pdserve_add_cluster_tests(NAMES service_http service_http_logprobs service_chat
   service_drain LIBS pdserve_http_test_client)
+# @grpc/grpc-js driving the gRPC API (tests/grpc_js/*.mjs; npm ci).
+pdserve_add_cluster_tests(NAMES service_grpc_js)
 # 1,000 concurrent streams: alone, so that no other test's cluster starves it.
 pdserve_add_cluster_tests(NAMES service_openai_sdk LIBS pdserve_http_test_client
   SERIAL)

@@ -5,9 +5,8 @@
 // `pdserve complete` in this process, and tests/openai/sdk_test.mjs checks
 // the SDK sees exactly them. A second test runs 1,000 concurrent streaming
 // chat requests (tests/openai/load_test.mjs) and reports the router's
-// thread count and peak RSS, which must stay bounded. A third drives the
-// public gRPC API from Node.js's @grpc/grpc-js (tests/grpc_js/): the two npm
-// clients the field's users have.
+// thread count and peak RSS, which must stay bounded. (The other npm client
+// of the field's users, @grpc/grpc-js: service_grpc_js_test.cc.)
 
 #include <fstream>
 #include <sstream>
@@ -22,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/integration/cluster_harness.h"
+#include "tests/integration/node_client.h"
 
 namespace pdserve::testing {
 namespace {
@@ -30,46 +30,7 @@ using nlohmann::json;
 
 constexpr char kChatTemplate[] = "models/chat_templates/llama2.jinja";
 
-// Installs DIR/node_modules (npm ci, pinned by DIR/package-lock.json)
-// once. The check and the install both run under a lock, and a marker is
-// written only after npm ci succeeded: a parallel test never sees a
-// half-installed tree, and never has one deleted under it by a second npm ci.
-absl::Status InstallNpmPackages(const std::string& dir) {
-  const int rc =
-      std::system(absl::StrCat("cd ", dir,
-                               " && flock package.json sh -c '"
-                               "test -f node_modules/.pdserve-installed || "
-                               "(npm ci --no-audit --no-fund --loglevel=error "
-                               ">/dev/null 2>&1 && "
-                               "touch node_modules/.pdserve-installed)'")
-                      .c_str());
-  if (rc != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("npm ci in ", dir,
-                     " failed (needs the npm registry; "
-                     "scripts/install_deps.sh installs node and npm)"));
-  }
-  return absl::OkStatus();
-}
 absl::Status InstallSdk() { return InstallNpmPackages("tests/openai"); }
-
-// Runs `node SCRIPT ARGS...` (SCRIPT under tests/openai/ unless it names a
-// folder) and returns its exit code; its output is printed (it is the
-// test's report).
-int RunNode(const std::string& script, const std::vector<std::string>& args,
-            std::string* output) {
-  std::string cmd = absl::StrCat(
-      "node ", absl::StrContains(script, "/") ? "" : "tests/openai/", script);
-  for (const std::string& a : args) absl::StrAppend(&cmd, " '", a, "'");
-  absl::StrAppend(&cmd, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) output->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
 
 // "Threads:" and "VmHWM:" (kB) of a process.
 std::pair<int, int64_t> ThreadsAndPeakRss(int pid) {
@@ -221,79 +182,6 @@ TEST(OpenAiSdkTest, ThousandConcurrentStreamsCompleteWithBoundedThreads) {
   // No thread per stream: a few dozen threads whatever the load.
   EXPECT_LT(max_threads.load(), 100);
   EXPECT_TRUE(c.WaitForNoKvInUse(absl::Seconds(20)).ok());
-}
-
-// The public gRPC API driven by @grpc/grpc-js (pinned in
-// tests/grpc_js/package.json, installed with npm ci), which loads
-// generate.proto at run time: the reference outputs, a text prompt and
-// seeded sampling as the C++ client sees them, statuses with pdserve's
-// messages, a cancelled stream, and the retry hint of an overloaded router
-// in the trailers (tests/grpc_js/grpc_test.mjs).
-TEST(GrpcJsTest, NodeClientSeesWhatTheReferenceAndTheCppClientSee) {
-  ASSERT_TRUE(InstallNpmPackages("tests/grpc_js").ok())
-      << InstallNpmPackages("tests/grpc_js");
-  ClusterOptions o;
-  // 5 ms a token: a 400-token stream is still running when it is cancelled.
-  o.decode_flags = {"--testonly_stream_delay_ms=5"};
-  auto cluster = Cluster::Start(o);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  Cluster& c = **cluster;
-  ClusterOptions small = o;
-  small.router_flags = {"--max_in_flight=1", "--admission_queue=0",
-                        "--retry_after_ms=250"};
-  auto overload = Cluster::Start(small);
-  ASSERT_TRUE(overload.ok()) << overload.status();
-
-  json expect;
-  expect["model"] = "models/stories260K";  // the harness's --model
-  expect["retry_after_ms"] = "250";
-  const std::vector<ReferenceCase> refs = LoadReferenceCases();
-  for (const ReferenceCase& ref : refs) {
-    expect["references"].push_back({{"prompt_ids", ref.prompt_ids},
-                                    {"max_new_tokens", ref.max_new_tokens},
-                                    {"output_ids", ref.output_ids}});
-  }
-  v1::GenerateRequest text;
-  text.set_text("Once upon a time");
-  text.set_max_tokens(20);
-  text.mutable_sampling()->set_temperature(0);
-  auto t = RunGenerate(c.router(), text, absl::Seconds(60));
-  ASSERT_TRUE(t.ok()) << t.status();
-  expect["text"] = {{"prompt", text.text()},
-                    {"max_tokens", text.max_tokens()},
-                    {"prompt_ids", t->prompt_ids},
-                    {"ids", t->output_ids},
-                    {"text", t->text}};
-  v1::GenerateRequest seeded = IdsRequest(refs[1].prompt_ids, 30);
-  seeded.mutable_sampling()->set_temperature(0.8f);
-  seeded.mutable_sampling()->set_top_p(0.9f);
-  seeded.mutable_sampling()->set_seed(7);
-  auto g = RunGenerate(c.router(), seeded, absl::Seconds(60));
-  ASSERT_TRUE(g.ok()) << g.status();
-  expect["seeded"] = {{"prompt_ids", refs[1].prompt_ids},
-                      {"max_tokens", 30},
-                      {"temperature", 0.8},
-                      {"top_p", 0.9},
-                      {"seed", 7},
-                      {"ids", g->output_ids}};
-
-  TempDir dir;
-  const std::string expect_file = dir.path() + "/expect.json";
-  std::ofstream(expect_file) << expect.dump(1);
-  std::string output;
-  const int rc =
-      RunNode("tests/grpc_js/grpc_test.mjs",
-              {absl::StrCat("--target=", c.router_process().address()),
-               "--proto=proto/pdserve/v1/generate.proto",
-               absl::StrCat("--expect=", expect_file),
-               absl::StrCat("--overload_target=",
-                            (*overload)->router_process().address())},
-              &output);
-  std::printf("%s", output.c_str());
-  EXPECT_EQ(rc, 0) << output;
-  // The cancelled stream and the refused ones left nothing behind.
-  EXPECT_TRUE(c.WaitForNoKvInUse(absl::Seconds(10)).ok()) << c.Logs();
-  EXPECT_TRUE((*overload)->WaitForNoKvInUse(absl::Seconds(10)).ok());
 }
 
 }  // namespace
