@@ -23,6 +23,7 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 }
 
 constexpr char kFieldPayload[] = "type.pdserve/invalid_field";
+constexpr char kReasonPayload[] = "type.pdserve/invalid_reason";
 
 // INVALID_ARGUMENT naming the request field it is about (InvalidField).
 absl::Status Invalid(absl::string_view field, const std::string& message) {
@@ -31,11 +32,43 @@ absl::Status Invalid(absl::string_view field, const std::string& message) {
   return s;
 }
 
+// A request longer than the model's context, said as OpenAI and vLLM say
+// it: clients (LiteLLM, LangChain) recognise "maximum context length" and
+// the reason "context_length_exceeded" and shorten the input.
+absl::Status ContextLengthExceeded(absl::string_view field, bool chat,
+                                   int prompt_len, int max_tokens,
+                                   int max_context) {
+  const char* input = chat ? "messages" : "prompt";
+  std::string message =
+      max_tokens > 0
+          ? absl::StrCat("This model's maximum context length is ", max_context,
+                         " tokens. However, you requested ",
+                         prompt_len + max_tokens, " tokens (", prompt_len,
+                         " in the ", input, ", ", max_tokens,
+                         " in the completion). Please reduce the length of "
+                         "the ",
+                         input, " or completion.")
+          : absl::StrCat("This model's maximum context length is ", max_context,
+                         " tokens. However, the ", input,
+                         chat ? " have " : " has ", prompt_len,
+                         " tokens, which leaves none to generate. Please "
+                         "reduce the length of the ",
+                         input, ".");
+  absl::Status s = Invalid(field, message);
+  s.SetPayload(kReasonPayload, absl::Cord("context_length_exceeded"));
+  return s;
+}
+
 }  // namespace
 
 std::string InvalidField(const absl::Status& status) {
   auto field = status.GetPayload(kFieldPayload);
   return field.has_value() ? std::string(*field) : std::string();
+}
+
+std::string InvalidReason(const absl::Status& status) {
+  auto reason = status.GetPayload(kReasonPayload);
+  return reason.has_value() ? std::string(*reason) : std::string();
 }
 
 absl::StatusOr<RouterModelInfo> LoadRouterModelInfo(const std::string& model) {
@@ -223,6 +256,8 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
       return Invalid("prompt", "empty prompt: set text, token_ids or chat");
   }
   const int prompt_len = static_cast<int>(out.prompt_ids.size());
+  const bool is_chat =
+      request.input_case() == pdserve::v1::GenerateRequest::kChat;
   if (prompt_len > limits.max_prompt_tokens) {
     return Invalid("prompt", absl::StrCat("prompt has ", prompt_len,
                                           " tokens, more than the limit of ",
@@ -248,18 +283,13 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
   } else {
     max_tokens = std::min(max_tokens, model.max_context - prompt_len);
     if (max_tokens <= 0) {
-      return Invalid("prompt",
-                     absl::StrCat("prompt (", prompt_len,
-                                  " tokens) fills the model context of ",
-                                  model.max_context));
+      return ContextLengthExceeded("prompt", is_chat, prompt_len, 0,
+                                   model.max_context);
     }
   }
   if (prompt_len + max_tokens > model.max_context) {
-    return Invalid(
-        "max_tokens",
-        absl::StrCat("prompt (", prompt_len, " tokens) + max_tokens (",
-                     max_tokens, ") exceeds the model context of ",
-                     model.max_context));
+    return ContextLengthExceeded("max_tokens", is_chat, prompt_len, max_tokens,
+                                 model.max_context);
   }
   out.stop.max_tokens = max_tokens;
   if (request.has_min_tokens()) {

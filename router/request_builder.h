@@ -25,6 +25,10 @@ namespace pdserve {
 // the status names none. Front doors map it to their own names (the HTTP
 // API's error "param").
 std::string InvalidField(const absl::Status& status);
+// The machine-readable reason of such a status, in OpenAI's words
+// ("context_length_exceeded": prompt + max_tokens beyond the model's
+// context); "" for the others. The HTTP API's error "code".
+std::string InvalidReason(const absl::Status& status);
 
 // What the router knows about the served model.
 struct RouterModelInfo {

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "router/http/openai_api.h"
 #include "router/http/openai_response.h"
+#include "router/request_builder.h"
 
 namespace pdserve::openai {
 
@@ -372,11 +373,12 @@ void GenerationJob::Fail(const RequestEnd& end) {
   const std::string param = OpenAiParamOf(end.status, chat_);
   if (!streaming_) {
     api_->metrics()->CountHttpRequest(endpoint_, status);
-    SendError(*responder_, status, std::string(end.status.message()), param, "",
-              end.retry_after_ms);
+    SendError(*responder_, status, std::string(end.status.message()), param,
+              InvalidReason(end.status), end.retry_after_ms);
     return;
   }
-  SendEvent(ErrorJson(status, std::string(end.status.message()), param));
+  SendEvent(ErrorJson(status, std::string(end.status.message()), param,
+                      InvalidReason(end.status)));
   responder_->SendChunk("data: [DONE]\n\n");
   responder_->EndStream();
 }

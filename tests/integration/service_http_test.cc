@@ -242,7 +242,7 @@ TEST_F(HttpTest, ErrorsHaveTheOpenAiShapeAndStatus) {
   expect_error(
       "POST", "/v1/completions",
       json{{"prompt", std::string(3000, 'a')}, {"max_tokens", 10}}.dump(), 400,
-      "exceeds the model context", "max_tokens");
+      "This model's maximum context length is ", "max_tokens");
   expect_error("POST", "/v1/completions",
                R"({"prompt": "hi", "presence_penalty": 3, "stream": true})",
                400, "presence_penalty must be in [-2, 2]", "presence_penalty");

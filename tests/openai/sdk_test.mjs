@@ -200,9 +200,22 @@ const badTemperature = await expectError("temperature -1 -> BadRequestError 400"
   400, "temperature must be >= 0");
 check("the error's param names the field", badTemperature?.param === "temperature",
       String(badTemperature?.param));
-await expectError("over-long prompt -> BadRequestError 400",
+// Said as OpenAI and vLLM say it, which LiteLLM and LangChain recognise.
+const tooLong = await expectError("over-long prompt -> BadRequestError 400",
   () => client.completions.create({ model, prompt: "a ".repeat(2000), max_tokens: 10 }),
-  400, "exceeds the model context");
+  400, "This model's maximum context length is 512 tokens.");
+const asked = /However, you requested (\d+) tokens \((\d+) in the prompt, 10 in the completion\)\. Please reduce the length of the prompt or completion\.$/
+  .exec(String(tooLong?.error?.message));
+check("it says what was asked", asked !== null && Number(asked[1]) === Number(asked[2]) + 10,
+      String(tooLong?.error?.message));
+check("with OpenAI's code and the field", tooLong?.code === "context_length_exceeded" &&
+      tooLong?.param === "max_tokens", `${tooLong?.code} ${tooLong?.param}`);
+const tooLongChat = await expectError("over-long conversation -> BadRequestError 400",
+  () => client.chat.completions.create({ model,
+    messages: [{ role: "user", content: "a ".repeat(2000) }] }),
+  400, "This model's maximum context length is 512 tokens. However, the messages have ");
+check("a chat's is about its messages", tooLongChat?.code === "context_length_exceeded" &&
+      tooLongChat?.param === "messages", `${tooLongChat?.code} ${tooLongChat?.param}`);
 await expectError("a template's raise_exception -> BadRequestError 400",
   () => client.chat.completions.create({ model, messages: [
     { role: "user", content: "a" }, { role: "user", content: "b" }] }),
