@@ -4,7 +4,9 @@
 # build takes 30-40 minutes on 2 cores), starts a prefill worker, a decode
 # worker and a router on loopback, sends gRPC and HTTP traffic (streamed
 # n > 1 choices, scoring, a refusal, requests cancelled by their client while
-# they run and while they wait for admission), stops the three with SIGTERM
+# they run and while they wait for admission, a half-closed GET), stops the
+# three with SIGTERM (the router with a stream still running past its drain
+# timeout)
 # and fails when any of them reported a sanitizer error or leaked anything
 # but the metrics server each keeps on purpose at exit
 # (ReleaseMetricsServerAtExit). Not part of CI (the build is too long);
@@ -54,8 +56,9 @@ start() {
   exit 1
 }
 start prefill prefill; P=$PORT
-start decode decode; D=$PORT
+start decode decode --testonly_stream_delay_ms=20; D=$PORT
 start router router --http_port=-1 --max_in_flight=1 --admission_queue=4 \
+  --drain_timeout_seconds=1 \
   --prefill_workers=127.0.0.1:$P --decode_workers=127.0.0.1:$D
 R=$PORT
 HTTP=$(sed -n 's/^http=//p' "$WORK/router.port")
@@ -101,7 +104,31 @@ for _ in range(3):
     waiting.close()
     running.close()
     time.sleep(0.5)
+# A GET from a client that half-closes after it (nc -N) is answered.
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+s.shutdown(socket.SHUT_WR)
+assert b" 200 " in s.recv(4096)
 EOF
+# A stream still running when the router's 1 s drain timeout passes: it
+# ends with the error event (GenerationCore::StopRunning).
+python3 - "$HTTP" "$WORK/drained.txt" <<'EOF' &
+import json, socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+data = json.dumps({"prompt": "Tom", "max_tokens": 400, "ignore_eos": True,
+                   "stream": True}).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+          b"application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(data), data))
+got = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+open(sys.argv[2], "wb").write(got)
+EOF
+DRAINED_CLIENT=$!
+sleep 1
 
 # SIGTERM: the router first (it drains), then the workers.
 for i in 2 0 1; do
@@ -109,6 +136,9 @@ for i in 2 0 1; do
   wait "${PIDS[$i]}" 2>/dev/null
 done
 PIDS=()
+wait "$DRAINED_CLIENT"
+grep -q "drain timeout" "$WORK/drained.txt" ||
+  { echo "asan check: the stream past the drain timeout got no error event" >&2; FAILED=1; }
 for name in prefill decode router; do
   if grep -qE "ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:" \
       "$WORK/$name.log"; then
