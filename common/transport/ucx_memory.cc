@@ -1,10 +1,13 @@
 // UcxWorker's memory registration (the rest of the worker is in
 // ucx_worker.cc): regions registered once and unregistered with the object.
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <ucp/api/ucp.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/transport/ucx_worker.h"
@@ -24,6 +27,57 @@ absl::StatusOr<UcxMemoryType> ParseUcxMemoryType(absl::string_view name) {
 }
 
 UcxRegion::~UcxRegion() { worker_->Unregister(*this); }
+
+namespace {
+
+// The System V segments a packed remote key names, attached (read-only)
+// here so that they outlive their owner for as long as UCX unpacks the key;
+// UNAVAILABLE when one is gone already: its owner exited (kill -9 of a
+// prefill worker between its push header and this mapping). UCX 1.13 must
+// not see such a key: when one transport's key fails to unpack it releases
+// the ones after it uninitialised (SIGSEGV at 0x38, seen in ChaosSoak).
+// UCX 1.13's packed key: u64 md map, u8 memory type, then per md a u8 size
+// and that many bytes; a sysv key is {u32 shmid, u64 owner address} packed
+// (12 bytes). A key that does not parse is left to UCX.
+class SysvSegmentPins {
+ public:
+  absl::Status Pin(const std::string& packed_rkey) {
+    constexpr size_t kSysvKeyBytes = 12;
+    const auto* p = reinterpret_cast<const uint8_t*>(packed_rkey.data());
+    const uint8_t* end = p + packed_rkey.size();
+    if (end - p < 9) return absl::OkStatus();
+    uint64_t md_map;
+    std::memcpy(&md_map, p, 8);
+    p += 9;
+    for (; md_map != 0; md_map &= md_map - 1) {
+      if (p >= end) break;
+      const size_t size = *p++;
+      if (static_cast<size_t>(end - p) < size) break;
+      if (size == kSysvKeyBytes) {
+        uint32_t shmid;
+        std::memcpy(&shmid, p, 4);
+        void* at = shmat(static_cast<int>(shmid), nullptr, SHM_RDONLY);
+        if (at != reinterpret_cast<void*>(-1)) {
+          attached_.push_back(at);
+        } else if (errno == EINVAL || errno == EIDRM) {
+          return absl::UnavailableError(
+              absl::StrCat("the peer's shared memory (System V segment ", shmid,
+                           ") is gone: the peer exited"));
+        }
+      }
+      p += size;
+    }
+    return absl::OkStatus();
+  }
+  ~SysvSegmentPins() {
+    for (void* at : attached_) shmdt(at);
+  }
+
+ private:
+  std::vector<void*> attached_;
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<UcxRegion>> UcxWorker::Allocate(int64_t bytes) {
   if (bytes <= 0) return absl::InvalidArgumentError("empty UCX region");
@@ -84,6 +138,11 @@ absl::StatusOr<std::unique_ptr<UcxRemoteMemory>> UcxWorker::MapRemote(
   }
   auto connection = Connect(peer_address, /*peer_errors=*/false);
   if (!connection.ok()) return connection.status();
+  SysvSegmentPins pins;
+  if (absl::Status s = pins.Pin(packed_rkey); !s.ok()) {
+    (*connection)->CloseWhenUnused();
+    return s;
+  }
   ucp_rkey_h rkey = nullptr;
   {
     UcxEndpointState& ep = *(*connection)->ep_;

@@ -3,6 +3,7 @@
 // and the ack word's claim and revocation keep P from rewriting, or
 // unmapping, a buffer D still reads or may still map after P gave up on
 // its push. Part of ucx_transport_test.
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/transport/grpc_kv_transport.h"
@@ -287,6 +289,88 @@ TEST_P(UcxInPlaceAckTest, ARevokedBufferStaysMappableForALateDecodeWorker) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_EQ(sender->regions_in_use(), 0);
+}
+
+// A decode worker that maps a prefill worker's buffer after that worker
+// died (kill -9 between its push header and D's mapping) gets an error, not
+// a crash: UCX cannot attach the dead process's segment, and its unpack
+// must not be trusted after it said so. Seen in ChaosSoak under load:
+// "failed to unpack remote key ... Shared memory error", then SIGSEGV.
+TEST(UcxRemoteMemoryTest, TheKeyOfAPeerThatDiedIsRefusedNotACrash) {
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // P: allocates a shared buffer, says where, waits
+    close(pipe_fds[0]);
+    auto worker = UcxWorker::Create();
+    if (!worker.ok()) _exit(1);
+    auto region = (*worker)->AllocateShared(1 << 20);
+    if (!region.ok()) _exit(1);
+    std::memset((*region)->data(), 7, 64);
+    const uint64_t address = reinterpret_cast<uint64_t>((*region)->data());
+    for (const std::string& field :
+         {(*worker)->address(), (*region)->packed_rkey(),
+          std::string(reinterpret_cast<const char*>(&address), 8)}) {
+      const uint64_t size = field.size();
+      if (write(pipe_fds[1], &size, 8) != 8 ||
+          write(pipe_fds[1], field.data(), size) !=
+              static_cast<ssize_t>(size)) {
+        _exit(1);
+      }
+    }
+    for (;;) pause();
+  }
+  close(pipe_fds[1]);
+  std::vector<std::string> fields;
+  for (int i = 0; i < 3; ++i) {
+    uint64_t size = 0;
+    ASSERT_EQ(read(pipe_fds[0], &size, 8), 8);
+    std::string field(size, '\0');
+    size_t got = 0;
+    while (got < size) {
+      const ssize_t n = read(pipe_fds[0], field.data() + got, size - got);
+      ASSERT_GT(n, 0);
+      got += static_cast<size_t>(n);
+    }
+    fields.push_back(std::move(field));
+  }
+  close(pipe_fds[0]);
+  uint64_t address = 0;
+  std::memcpy(&address, fields[2].data(), 8);
+  auto d = UcxWorker::Create();
+  ASSERT_TRUE(d.ok()) << d.status();
+  {
+    // Alive: the buffer maps and holds what P wrote.
+    auto alive = (*d)->MapRemote(fields[0], fields[1]);
+    ASSERT_TRUE(alive.ok()) << alive.status();
+    const void* p = (*alive)->Pointer(address);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(*static_cast<const uint8_t*>(p), 7);
+  }
+  // The endpoint to P stays cached (D pushes from P all the time), so D
+  // does not notice P's death before it unpacks the key.
+  auto cached = (*d)->Connect(fields[0], /*peer_errors=*/false);
+  ASSERT_TRUE(cached.ok()) << cached.status();
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  for (int i = 0; i < 3; ++i) {
+    auto dead = (*d)->MapRemote(fields[0], fields[1]);
+    if (dead.ok()) {
+      // The segment outlived P (UCX may keep it until its last user): a
+      // mapping of it is still memory, never a crash.
+      const void* p = (*dead)->Pointer(address);
+      if (p != nullptr) EXPECT_EQ(*static_cast<const uint8_t*>(p), 7);
+      (*dead)->connection().CloseWhenUnused();
+    } else {
+      EXPECT_EQ(dead.status().code(), absl::StatusCode::kUnavailable)
+          << dead.status();
+      // Refused before UCX unpacked it (its failure path is the crash).
+      EXPECT_TRUE(absl::StrContains(dead.status().message(), "the peer exited"))
+          << dead.status();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(SharedMemory, UcxInPlaceAckTest, ::testing::Values(""),
