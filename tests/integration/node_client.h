@@ -40,8 +40,8 @@ inline absl::Status InstallNpmPackages(const std::string& dir) {
 }
 
 // Runs `node SCRIPT ARGS...` (SCRIPT under tests/openai/ unless it names a
-// folder) and returns its exit code; its output is printed (it is the
-// test's report).
+// folder), appends its stdout and stderr to `output` (callers print it: it
+// is the test's report) and returns its exit code.
 inline int RunNode(const std::string& script,
                    const std::vector<std::string>& args, std::string* output) {
   std::string cmd = absl::StrCat(
