@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -118,6 +120,17 @@ TEST(DrainTest, StreamsPastTheRoutersDrainTimeoutEndWithAStatus) {
   EXPECT_TRUE(absl::EndsWith(http_raw, "\r\n0\r\n\r\n"))
       << "the chunked body was cut:\n"
       << http_raw.substr(http_raw.size() > 300 ? http_raw.size() - 300 : 0);
+
+  // The operator's log counts each request once: the HTTP stream is one
+  // generation and one HTTP request, not two requests.
+  std::ifstream log_file(c.router_process().log_path);
+  std::stringstream router_log;
+  router_log << log_file.rdbuf();
+  EXPECT_THAT(router_log.str(),
+              HasSubstr("drain timeout: 2 generations (gRPC and HTTP), 1 "
+                        "HTTP requests still in flight; ending them with "
+                        "UNAVAILABLE"))
+      << router_log.str();
 
   // The router stopped its workers' sequences before it exited.
   absl::Status freed = c.WaitForNoKvInUse(absl::Seconds(10));

@@ -76,9 +76,10 @@ int RunDecode(const std::vector<std::string>&) {
   auto server = StartServer(so);
   if (!server.ok()) return FailWith("decode", server.status());
   DecodeWorker* w = worker->get();
-  int rc = ServeUntilTerminated(
-      *server->server, server->port, "decode",
-      {[w] { w->StartDraining(); }, [w] { return w->active_streams(); }});
+  int rc =
+      ServeUntilTerminated(*server->server, server->port, "decode",
+                           {.start_draining = [w] { w->StartDraining(); },
+                            .active = [w] { return w->active_streams(); }});
   server->server.reset();
   worker->reset();
   ReleaseMetricsServerAtExit(*std::move(metrics_server));

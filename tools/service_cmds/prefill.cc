@@ -81,9 +81,9 @@ int RunPrefill(const std::vector<std::string>&) {
   auto server = StartServer(so);
   if (!server.ok()) return FailWith("prefill", server.status());
   PrefillWorker* w = worker->get();
-  int rc = ServeUntilTerminated(
-      *server->server, server->port, "prefill",
-      {[w] { w->StartDraining(); }, [w] { return w->active_work(); }});
+  int rc = ServeUntilTerminated(*server->server, server->port, "prefill",
+                                {.start_draining = [w] { w->StartDraining(); },
+                                 .active = [w] { return w->active_work(); }});
   server->server.reset();
   worker->reset();
   ReleaseMetricsServerAtExit(*std::move(metrics_server));

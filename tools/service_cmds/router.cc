@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/chat_template/chat_template.h"
 #include "common/metrics/router_metrics.h"
@@ -297,16 +298,26 @@ int RunRouter(const std::vector<std::string>&) {
   }
   GenerationCore* c = &core;
   http::Server* h = http_server.get();
-  const int rc = ServeUntilTerminated(
-      *server->server, server->port, "router",
-      {[c, h] {
-         c->StartDraining();
-         if (h != nullptr) h->StartDraining();
-       },
-       [c, h] {
-         return c->in_flight() + (h != nullptr ? h->active_requests() : 0);
-       },
-       [c](const absl::Status& why) { c->StopRunning(why); }});
+  DrainHooks hooks;
+  hooks.start_draining = [c, h] {
+    c->StartDraining();
+    if (h != nullptr) h->StartDraining();
+  };
+  hooks.active = [c, h] {
+    return c->in_flight() + (h != nullptr ? h->active_requests() : 0);
+  };
+  hooks.stop_in_flight = [c](const absl::Status& why) { c->StopRunning(why); };
+  hooks.describe_active = [c, h] {
+    // An HTTP generation is both a generation and an HTTP request.
+    std::string what =
+        absl::StrCat(c->in_flight(), " generations (gRPC and HTTP)");
+    if (h != nullptr) {
+      absl::StrAppend(&what, ", ", h->active_requests(), " HTTP requests");
+    }
+    return what;
+  };
+  const int rc =
+      ServeUntilTerminated(*server->server, server->port, "router", hooks);
   if (http_server != nullptr) http_server->Stop();
   ReleaseMetricsServerAtExit(*std::move(metrics_server));
   return rc;

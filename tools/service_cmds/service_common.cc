@@ -158,11 +158,14 @@ int ServeUntilTerminated(grpc::Server& server, int port,
     if (WaitForTerminationSignal(absl::Milliseconds(50)).has_value()) break;
   }
   const int left = hooks.active ? hooks.active() : 0;
+  const std::string what = left <= 0 ? ""
+                           : hooks.describe_active
+                               ? hooks.describe_active()
+                               : absl::StrCat(left, " requests");
   if (left > 0 && hooks.stop_in_flight) {
     PDSERVE_LOG_WARNING(
-        "drain timeout: %d requests still in flight; ending them with "
-        "UNAVAILABLE",
-        left);
+        "drain timeout: %s still in flight; ending them with UNAVAILABLE",
+        what);
     hooks.stop_in_flight(absl::UnavailableError(absl::StrCat(
         role,
         " is stopping: the request was still running when the drain "
@@ -175,7 +178,7 @@ int ServeUntilTerminated(grpc::Server& server, int port,
       if (WaitForTerminationSignal(absl::Milliseconds(20)).has_value()) break;
     }
   } else if (left > 0) {
-    PDSERVE_LOG_WARNING("drain timeout: %d requests still in flight", left);
+    PDSERVE_LOG_WARNING("drain timeout: %s still in flight", what);
   }
   server.Shutdown(absl::ToChronoTime(absl::Now() + absl::Seconds(1)));
   PDSERVE_LOG_INFO("stopped");

@@ -61,7 +61,11 @@ struct DrainHooks {
   std::function<int()> active;           // work still in flight
   // At the drain timeout, work still in flight: end it with `why` so that
   // its clients get a status, not a cut connection (optional).
-  std::function<void(const absl::Status& why)> stop_in_flight;
+  std::function<void(const absl::Status& why)> stop_in_flight = nullptr;
+  // What `active` counts, for the drain-timeout log (optional; default
+  // "N requests"): the router's HTTP generations count in both of its
+  // counters, so it says which is which.
+  std::function<std::string()> describe_active = nullptr;
 };
 // How long a drain that timed out waits, after stop_in_flight, for the
 // requests' final messages to be written.
