@@ -43,8 +43,8 @@ absl::Status ContextLengthExceeded(absl::string_view field, bool chat,
       max_tokens > 0
           ? absl::StrCat("This model's maximum context length is ", max_context,
                          " tokens. However, you requested ",
-                         prompt_len + max_tokens, " tokens (", prompt_len,
-                         " in the ", input, ", ", max_tokens,
+                         int64_t{prompt_len} + max_tokens, " tokens (",
+                         prompt_len, " in the ", input, ", ", max_tokens,
                          " in the completion). Please reduce the length of "
                          "the ",
                          input, " or completion.")
@@ -275,7 +275,10 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                                   "got ",
                                   max_tokens));
     }
-    if (max_tokens > limits.max_tokens_cap) {
+    // Beyond the context, say so first: clients (LiteLLM, LangChain) act
+    // on context_length_exceeded, not on the router's own cap.
+    if (max_tokens > limits.max_tokens_cap &&
+        int64_t{prompt_len} + max_tokens <= model.max_context) {
       return Invalid("max_tokens", absl::StrCat("max_tokens ", max_tokens,
                                                 " is above the limit of ",
                                                 limits.max_tokens_cap));
@@ -287,7 +290,7 @@ absl::StatusOr<ResolvedRequest> ResolveRequest(
                                    model.max_context);
     }
   }
-  if (prompt_len + max_tokens > model.max_context) {
+  if (int64_t{prompt_len} + max_tokens > model.max_context) {
     return ContextLengthExceeded("max_tokens", is_chat, prompt_len, max_tokens,
                                  model.max_context);
   }

@@ -243,6 +243,13 @@ TEST_F(HttpTest, ErrorsHaveTheOpenAiShapeAndStatus) {
       "POST", "/v1/completions",
       json{{"prompt", std::string(3000, 'a')}, {"max_tokens", 10}}.dump(), 400,
       "This model's maximum context length is ", "max_tokens");
+  // Past the router's max_tokens cap (4096) too: the context is what a
+  // client can act on, and the sum does not overflow.
+  expect_error("POST", "/v1/completions",
+               R"({"prompt": "hi", "max_tokens": 2147483647})", 400,
+               "However, you requested 2147483650 tokens (3 in the prompt, "
+               "2147483647 in the completion)",
+               "max_tokens");
   expect_error("POST", "/v1/completions",
                R"({"prompt": "hi", "presence_penalty": 3, "stream": true})",
                400, "presence_penalty must be in [-2, 2]", "presence_penalty");

@@ -111,6 +111,37 @@ TEST(ResolveRequestTest, UnsetFieldsTakeDefaultsAndZeroIsNotUnset) {
           .status()));
 }
 
+// Past the context, the refusal is context_length_exceeded (what clients
+// act on) even when max_tokens is also above the router's cap; within the
+// context, the cap is what refuses it.
+TEST(ResolveRequestTest, TheContextIsSaidBeforeTheCap) {
+  pdserve::v1::GenerateRequest r;
+  r.mutable_token_ids()->add_ids(1);
+  RequestLimits limits;
+  limits.max_tokens_cap = 100;
+  limits.default_max_tokens = 100;
+  r.set_max_tokens(2147483647);
+  const absl::Status past_both =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), limits).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(past_both)) << past_both;
+  EXPECT_EQ(InvalidReason(past_both), "context_length_exceeded") << past_both;
+  EXPECT_NE(past_both.message().find("you requested 2147483648 tokens (1 in "
+                                     "the prompt, 2147483647 in the "
+                                     "completion)"),
+            std::string::npos)
+      << past_both;
+  r.set_max_tokens(200);
+  const absl::Status past_cap =
+      ResolveRequest(r, nullptr, ChatSupport(), Model(), limits).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(past_cap)) << past_cap;
+  EXPECT_EQ(InvalidReason(past_cap), "") << past_cap;
+  EXPECT_NE(past_cap.message().find("above the limit of 100"),
+            std::string::npos)
+      << past_cap;
+  r.set_max_tokens(100);
+  EXPECT_TRUE(ResolveRequest(r, nullptr, ChatSupport(), Model(), limits).ok());
+}
+
 TEST(ResolveRequestTest, TextWithoutTokenizerAndBadValues) {
   pdserve::v1::GenerateRequest r;
   r.set_text("hello");
