@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/util/version.h"
 #include "router/http/openai_job.h"
 #include "router/http/openai_request.h"
 #include "router/http/openai_response.h"
@@ -19,7 +20,7 @@ namespace {
 constexpr const char* kKnownPaths[] = {
     "/v1/chat/completions", "/v1/completions", "/v1/models",
     "/v1/models/{model}",   "/health",         "/tokenize",
-    "/detokenize",          "/metrics"};
+    "/detokenize",          "/metrics",        "/version"};
 
 // The JSON body, or an answered 400.
 std::optional<json> ParseBody(const http::Request& request,
@@ -117,6 +118,12 @@ void OpenAiApi::Handle(http::Request request,
   if (endpoint == "/health") {
     if (!get) return wrong_method("GET, HEAD");
     return Health(*responder);
+  }
+  if (endpoint == "/version") {
+    if (!get) return wrong_method("GET, HEAD");
+    metrics_->CountHttpRequest(endpoint, 200);
+    return responder->Send(200, "application/json",
+                           DumpJson(json{{"version", kPdserveVersion}}));
   }
   if (endpoint == "/tokenize") {
     if (!post) return wrong_method("POST");

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/util/version.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -308,6 +309,13 @@ TEST_F(HttpTest, ModelsAndHealth) {
   auto health = HttpRequest(port_, "GET", "/health");
   ASSERT_TRUE(health.ok());
   EXPECT_EQ(health->status, 200) << health->body;
+  // vLLM's /version, the version `pdserve version` prints.
+  auto version = HttpRequest(port_, "GET", "/version");
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(version->status, 200) << version->body;
+  EXPECT_EQ(json::parse(version->body, nullptr, false),
+            json({{"version", kPdserveVersion}}))
+      << version->body;
 }
 
 // One keep-alive connection: requests sent back to back in one write

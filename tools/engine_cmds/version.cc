@@ -1,3 +1,5 @@
+#include "common/util/version.h"
+
 #include <cstdio>
 
 #include "tools/subcommand.h"
@@ -6,7 +8,7 @@ namespace pdserve {
 namespace {
 
 int RunVersion(const std::vector<std::string>&) {
-  std::printf("pdserve 0.1.0\n");
+  std::printf("pdserve %s\n", kPdserveVersion);
   return 0;
 }
 
