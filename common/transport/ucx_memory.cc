@@ -38,7 +38,8 @@ namespace {
 // the ones after it uninitialised (SIGSEGV at 0x38, seen in ChaosSoak).
 // UCX 1.13's packed key: u64 md map, u8 memory type, then per md a u8 size
 // and that many bytes; a sysv key is {u32 shmid, u64 owner address} packed
-// (12 bytes). A key that does not parse is left to UCX.
+// (12 bytes; the address page-aligned). A key that does not parse is left
+// to UCX.
 class SysvSegmentPins {
  public:
   absl::Status Pin(const std::string& packed_rkey) {
@@ -53,7 +54,13 @@ class SysvSegmentPins {
       if (p >= end) break;
       const size_t size = *p++;
       if (static_cast<size_t>(end - p) < size) break;
-      if (size == kSysvKeyBytes) {
+      uint64_t owner_address = 0;
+      if (size == kSysvKeyBytes) std::memcpy(&owner_address, p + 4, 8);
+      // Where the segment sits in the peer: page-aligned, never 0. Another
+      // transport's 12-byte key is then left to UCX, not taken for a
+      // segment that is gone.
+      if (size == kSysvKeyBytes && owner_address != 0 &&
+          owner_address % 4096 == 0) {
         uint32_t shmid;
         std::memcpy(&shmid, p, 4);
         void* at = shmat(static_cast<int>(shmid), nullptr, SHM_RDONLY);
