@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,21 @@ UcxRegion::~UcxRegion() { worker_->Unregister(*this); }
 
 namespace {
 
+// The shmid of one md's part of a packed key when it is a System V key:
+// {u32 shmid, u64 owner address} packed (12 bytes), the owner address (where
+// the segment sits in the peer) page-aligned and not 0, so that another
+// transport's 12-byte key is left to UCX rather than taken for a segment that
+// is gone.
+std::optional<int> SysvShmid(const uint8_t* part, size_t size) {
+  if (size != 12) return std::nullopt;
+  uint32_t shmid;
+  uint64_t owner_address;
+  std::memcpy(&shmid, part, 4);
+  std::memcpy(&owner_address, part + 4, 8);
+  if (owner_address == 0 || owner_address % 4096 != 0) return std::nullopt;
+  return static_cast<int>(shmid);
+}
+
 // The System V segments a packed remote key names, attached (read-only)
 // here so that they outlive their owner for as long as UCX unpacks the key;
 // UNAVAILABLE when one is gone already: its owner exited (kill -9 of a
@@ -37,13 +53,11 @@ namespace {
 // not see such a key: when one transport's key fails to unpack it releases
 // the ones after it uninitialised (SIGSEGV at 0x38, seen in ChaosSoak).
 // UCX 1.13's packed key: u64 md map, u8 memory type, then per md a u8 size
-// and that many bytes; a sysv key is {u32 shmid, u64 owner address} packed
-// (12 bytes; the address page-aligned). A key that does not parse is left
-// to UCX.
+// and that many bytes (SysvShmid tells a sysv part). A key that does not
+// parse is left to UCX.
 class SysvSegmentPins {
  public:
   absl::Status Pin(const std::string& packed_rkey) {
-    constexpr size_t kSysvKeyBytes = 12;
     const auto* p = reinterpret_cast<const uint8_t*>(packed_rkey.data());
     const uint8_t* end = p + packed_rkey.size();
     if (end - p < 9) return absl::OkStatus();
@@ -54,22 +68,14 @@ class SysvSegmentPins {
       if (p >= end) break;
       const size_t size = *p++;
       if (static_cast<size_t>(end - p) < size) break;
-      uint64_t owner_address = 0;
-      if (size == kSysvKeyBytes) std::memcpy(&owner_address, p + 4, 8);
-      // Where the segment sits in the peer: page-aligned, never 0. Another
-      // transport's 12-byte key is then left to UCX, not taken for a
-      // segment that is gone.
-      if (size == kSysvKeyBytes && owner_address != 0 &&
-          owner_address % 4096 == 0) {
-        uint32_t shmid;
-        std::memcpy(&shmid, p, 4);
-        void* at = shmat(static_cast<int>(shmid), nullptr, SHM_RDONLY);
+      if (const std::optional<int> shmid = SysvShmid(p, size)) {
+        void* at = shmat(*shmid, nullptr, SHM_RDONLY);
         if (at != reinterpret_cast<void*>(-1)) {
           attached_.push_back(at);
         } else if (errno == EINVAL || errno == EIDRM) {
           return absl::UnavailableError(
-              absl::StrCat("the peer's shared memory (System V segment ", shmid,
-                           ") is gone: the peer exited"));
+              absl::StrCat("the peer's shared memory (System V segment ",
+                           *shmid, ") is gone: the peer exited"));
         }
       }
       p += size;
