@@ -41,14 +41,17 @@ class InputTest : public ::testing::Test {
   static void ExpectClusterHealthy() {
     for (int i = 0; i < cluster_->num_prefill(); ++i) {
       EXPECT_FALSE(cluster_->prefill(i).proc.Poll().has_value())
-          << "prefill crashed";
+          << "prefill crashed\n"
+          << cluster_->Logs();
     }
     for (int i = 0; i < cluster_->num_decode(); ++i) {
       EXPECT_FALSE(cluster_->decode(i).proc.Poll().has_value())
-          << "decode crashed";
+          << "decode crashed\n"
+          << cluster_->Logs();
     }
     EXPECT_FALSE(cluster_->router_process().proc.Poll().has_value())
-        << "router crashed";
+        << "router crashed\n"
+        << cluster_->Logs();
     const ReferenceCase ref = LoadReferenceCases()[2];
     auto r = RunGenerate(cluster_->router(),
                          IdsRequest(ref.prompt_ids, ref.max_new_tokens),
