@@ -75,6 +75,25 @@ void UcxSendOp::Abandon() {
   op_->abandoned_count->fetch_add(1);
 }
 
+unsigned UcxWorker::Progress(void* worker) {
+  absl::MutexLock lock(&progress_mu_);
+  return ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+}
+
+void UcxWorker::CancelRequest(UcxOpState& op) {
+  {
+    // Under progress_mu_: UCX 1.13's ucp_request_cancel tests whether a
+    // receive is still expected before it takes the worker lock, so a
+    // cancel beside a progress call that matched the receive removed it
+    // from the expected queue twice (SIGSEGV in ucp_tag_exp_remove, seen
+    // in InputTest with UCX_TLS=tcp). Not under op.mu: UCX may complete it
+    // (callback) inside the call.
+    absl::MutexLock lock(&progress_mu_);
+    ucp_request_cancel(static_cast<ucp_worker_h>(worker_), op.request);
+  }
+  Wake();
+}
+
 void UcxWorker::Drive(UcxOpState& op) {
   // Over shared memory the rendezvous (and its single CMA copy) happens in
   // the next progress calls; leaving that to the progress thread would cost
@@ -82,7 +101,7 @@ void UcxWorker::Drive(UcxOpState& op) {
   // there yet: the progress thread completes it.
   auto worker = static_cast<ucp_worker_h>(worker_);
   for (int i = 0; i < kInlineProgress && !op.Done(); ++i) {
-    if (ucp_worker_progress(worker) == 0 && i >= kInlineProgress / 2) break;
+    if (Progress(worker) == 0 && i >= kInlineProgress / 2) break;
   }
   if (!op.Done()) Wake();
 }
@@ -194,10 +213,8 @@ absl::StatusOr<int64_t> UcxWorker::AwaitReceive(
       continue;
     }
     if (now - cancelled_at >= kCancelGrace) {
-      // Not under op->mu: UCX may complete it (callback) inside the call.
-      ucp_request_cancel(static_cast<ucp_worker_h>(worker_), op->request);
+      CancelRequest(*op);
       cancel_sent = true;
-      Wake();
     }
   }
   absl::MutexLock lock(&op->mu);
@@ -215,11 +232,7 @@ absl::StatusOr<int64_t> UcxWorker::AwaitReceive(
 bool UcxWorker::CancelReceive(UcxRecvOp& recv, absl::Duration timeout) {
   if (!recv.posted()) return true;
   const std::shared_ptr<UcxOpState> op = std::move(recv.op_);
-  if (!op->Done()) {
-    // Not under op->mu: UCX may complete it (callback) inside the call.
-    ucp_request_cancel(static_cast<ucp_worker_h>(worker_), op->request);
-    Wake();
-  }
+  if (!op->Done()) CancelRequest(*op);
   const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&op->mu);
   op->mu.AwaitWithDeadline(absl::Condition(&op->done), deadline);

@@ -272,6 +272,11 @@ class UcxWorker {
   // Queues `fn` for the progress thread.
   void Post(std::function<void()> fn);
   void Wake();
+  // ucp_worker_progress under progress_mu_ (every progress call goes
+  // through it).
+  unsigned Progress(void* worker);
+  // ucp_request_cancel of op's request under progress_mu_, then Wake.
+  void CancelRequest(UcxOpState& op);
   // Progresses the worker from the caller's thread until `op` is done or
   // kInlineProgress calls made no difference, then leaves it to the
   // progress thread.
@@ -295,6 +300,9 @@ class UcxWorker {
   UcxCounters counters_;
 
   absl::Mutex mu_;
+  // Held around every ucp_worker_progress and ucp_request_cancel (Progress,
+  // CancelRequest): a cancel must not run beside a progress call.
+  absl::Mutex progress_mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
