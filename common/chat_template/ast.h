@@ -58,6 +58,9 @@ struct Expr {
   ExprPtr dyn_args;
   ExprPtr dyn_kwargs;
   bool known = true;  // kFilter/kTest: the name exists
+  // jinja2 can evaluate it when it compiles the template (Node.as_const; see
+  // MarkConstantExpressions). Set once the template is parsed.
+  bool constant = false;
 };
 
 // An assignment target: a name, a tuple of targets, or namespace.attr.

@@ -1,5 +1,6 @@
 // The builtins a template can reach, with jinja2's and Python's semantics:
-// operators (operators.cc), filters (filters.cc, filters_seq.cc), tests
+// operators (operators.cc), filters (filters.cc, filters_text.cc,
+// filters_seq.cc), tests
 // (predicates.cc), methods of str/dict/list (methods.cc) and the global
 // functions (globals.cc: range, namespace, dict, raise_exception,
 // strftime_now, ...). All are stateless; per-render state is in the Renderer.
@@ -28,6 +29,19 @@ absl::StatusOr<Value> ApplyFilter(Renderer& r, std::string_view name,
                                   const Value& input, CallArgs& args);
 absl::StatusOr<bool> ApplyTest(Renderer& r, std::string_view name,
                                const Value& v, CallArgs& args);
+// String filters (filters_text.cc); nullopt when `name` is not one of them.
+bool IsTextFilter(std::string_view name);
+std::optional<absl::StatusOr<Value>> ApplyTextFilter(Renderer& r,
+                                                     std::string_view name,
+                                                     const Value& input,
+                                                     CallArgs& args);
+// Filter arguments (filters.cc), each optional with a default: an int (a
+// TypeError for what is not one), a truth value, str().
+absl::StatusOr<int64_t> IntArg(const std::optional<Value>& v, int64_t def);
+bool BoolArg(const std::optional<Value>& v, bool def);
+std::string StrArg(const std::optional<Value>& v, std::string_view def);
+// A filter's string result, within the render's string and step limits.
+absl::StatusOr<Value> CheckedString(Renderer& r, std::string s);
 // Sequence filters (filters_seq.cc); nullopt when `name` is not one of them.
 std::optional<absl::StatusOr<Value>> ApplySequenceFilter(Renderer& r,
                                                          std::string_view name,

@@ -189,6 +189,12 @@ absl::Status Renderer::Exec(const Stmt& s, const std::shared_ptr<Scope>& scope,
       out->append(s.text);
       return absl::OkStatus();
     case StmtKind::kOutput: {
+      if (s.expr->constant) {
+        // jinja2 renders a constant {{ }} when it compiles the template;
+        // where that fails, at run time (the error to report).
+        absl::StatusOr<Value> folded = EvalConstant(*s.expr, *scope);
+        if (folded.ok()) return Append(out, *folded);
+      }
       ASSIGN_OR_RETURN(Value v, Eval(*s.expr, *scope));
       return Append(out, v);
     }

@@ -152,6 +152,12 @@ class Renderer {
 
   absl::StatusOr<Value> Eval(const Expr& e, Scope& scope);
   absl::StatusOr<Value> EvalInner(const Expr& e, Scope& scope);
+  // A constant expression as jinja2 evaluates it when compiling (slices
+  // lenient).
+  absl::StatusOr<Value> EvalConstant(const Expr& e, Scope& scope);
+  // The branch a conditional, `and` or `or` takes; while evaluating a
+  // constant, an error unless the branch is constant too.
+  absl::StatusOr<Value> EvalBranch(const Expr* e, Scope& scope);
   absl::Status EvalArgs(const Expr& e, Scope& scope, CallArgs* args);
   absl::StatusOr<Value> EvalFilterChain(const Expr* e, Scope& scope,
                                         const Value& input);
@@ -165,6 +171,9 @@ class Renderer {
   std::optional<std::time_t> now_;
   int depth_ = 0;
   int64_t steps_ = 0;
+  // While a constant expression is evaluated as jinja2 does when compiling:
+  // a slice that fails is Undefined (Environment.getitem), not a TypeError.
+  bool lenient_slices_ = false;
   std::vector<std::weak_ptr<Scope>> closures_;
   std::vector<std::weak_ptr<NamespaceData>> namespaces_;
 };

@@ -526,4 +526,53 @@ absl::StatusOr<ExprPtr> ExpressionParser::ParseTest(ExprPtr node) {
   return n;
 }
 
+namespace {
+
+bool MarkConstant(Expr* e) {
+  if (e == nullptr) return true;
+  bool constant = e->kind != ExprKind::kName && e->kind != ExprKind::kCall;
+  if (e->kind == ExprKind::kFilter || e->kind == ExprKind::kTest) {
+    if (!e->known || e->operands.empty() || e->operands[0] == nullptr) {
+      constant = false;
+    }
+    for (const char* context_filter :
+         {"map", "select", "reject", "selectattr", "rejectattr", "random"}) {
+      if (e->kind == ExprKind::kFilter && e->name == context_filter) {
+        constant = false;
+      }
+    }
+  }
+  // Every child is marked, whatever this node is. A conditional, `and` and
+  // `or` need only their first operand constant: the branch they take must
+  // be too, which the evaluator checks (Renderer::EvalBranch).
+  const bool first_decides = e->kind == ExprKind::kCondExpr ||
+                             e->kind == ExprKind::kAnd ||
+                             e->kind == ExprKind::kOr;
+  for (size_t i = 0; i < e->operands.size(); ++i) {
+    const bool c = MarkConstant(e->operands[i].get());
+    if (i == 0 || !first_decides) constant = c && constant;
+  }
+  for (ExprPtr& a : e->args) constant = MarkConstant(a.get()) && constant;
+  for (auto& [name, a] : e->kwargs) {
+    constant = MarkConstant(a.get()) && constant;
+  }
+  constant = MarkConstant(e->dyn_args.get()) && constant;
+  constant = MarkConstant(e->dyn_kwargs.get()) && constant;
+  e->constant = constant;
+  return constant;
+}
+
+}  // namespace
+
+void MarkConstantExpressions(Body& body) {
+  for (StmtPtr& s : body) {
+    MarkConstant(s->expr.get());
+    MarkConstant(s->cond.get());
+    for (ExprPtr& d : s->defaults) MarkConstant(d.get());
+    for (ExprPtr& v : s->with_values) MarkConstant(v.get());
+    MarkConstantExpressions(s->body);
+    MarkConstantExpressions(s->else_body);
+  }
+}
+
 }  // namespace pdserve::jinja

@@ -15,6 +15,17 @@
 
 namespace pdserve::jinja {
 
+// Sets Expr::constant on every expression of `body` that jinja2 can
+// evaluate when it compiles the template (Node.as_const): literals and what
+// is built from literals by operators, subscripts, attributes, tests and
+// filters other than those taking the render context (map, select, reject,
+// selectattr, rejectattr, random). No names, no calls. jinja2 folds such an
+// expression into its value where that value has a safe repr, and renders a
+// constant {{ }} whatever its value; evaluated so, a slice of what cannot be
+// sliced is Undefined (Environment.getitem), where at run time it is a
+// TypeError (Renderer::Eval).
+void MarkConstantExpressions(Body& body);
+
 // Parses expressions from the token stream (base of the statement parser).
 // One per parse; not thread-safe.
 class ExpressionParser : public TokenStream {

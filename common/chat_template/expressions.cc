@@ -234,7 +234,29 @@ absl::StatusOr<Value> Renderer::Eval(const Expr& e, Scope& scope) {
   DepthGuard guard(this);
   RETURN_IF_ERROR(guard.Check());
   RETURN_IF_ERROR(Step());
+  if (e.constant && !lenient_slices_ && e.kind != ExprKind::kConst) {
+    // Folded by jinja2's optimizer where the value has a safe repr; else
+    // evaluated at run time (its parts folded where they can be).
+    absl::StatusOr<Value> folded = EvalConstant(e, scope);
+    if (folded.ok() && HasSafeRepr(*folded)) return folded;
+  }
   return EvalInner(e, scope);
+}
+
+absl::StatusOr<Value> Renderer::EvalBranch(const Expr* e, Scope& scope) {
+  if (lenient_slices_ && (e == nullptr || !e->constant)) {
+    // jinja2's as_const fails here (Impossible): evaluated at run time.
+    return RenderError("not a constant");
+  }
+  return Eval(*e, scope);
+}
+
+absl::StatusOr<Value> Renderer::EvalConstant(const Expr& e, Scope& scope) {
+  const bool was_lenient = lenient_slices_;
+  lenient_slices_ = true;
+  absl::StatusOr<Value> v = EvalInner(e, scope);
+  lenient_slices_ = was_lenient;
+  return v;
 }
 
 absl::Status Renderer::EvalArgs(const Expr& e, Scope& scope, CallArgs* args) {
@@ -314,10 +336,21 @@ absl::StatusOr<Value> Renderer::EvalSlice(const Value& obj, const Expr& slice,
     info->name_is_str = false;
     return Value::Undefined(std::move(info));
   };
-  for (const Value& b : bounds) {
-    if (!b.is_none() && !b.is_integral()) return missing();
+  // Python's obj[start:stop:step] (jinja2 compiles slices to it).
+  if (!seq) {
+    if (lenient_slices_) return missing();
+    if (obj.is_dict()) return RenderError("unhashable type: 'slice'");
+    return RenderError(
+        absl::StrCat("'", TypeName(obj), "' object is not subscriptable"));
   }
-  if (!seq) return missing();
+  for (const Value& b : bounds) {
+    if (!b.is_none() && !b.is_integral()) {
+      if (lenient_slices_) return missing();
+      return RenderError(
+          "slice indices must be integers or None or have an __index__ "
+          "method");
+    }
+  }
   const int64_t step = bounds[2].is_none() ? 1 : bounds[2].int_value();
   if (step == 0) return RenderError("slice step cannot be zero");
   std::vector<size_t> offsets;
@@ -430,12 +463,12 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e, Scope& scope) {
     case ExprKind::kAnd: {
       ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
       if (!Truthy(a)) return a;
-      return Eval(*e.operands[1], scope);
+      return EvalBranch(e.operands[1].get(), scope);
     }
     case ExprKind::kOr: {
       ASSIGN_OR_RETURN(Value a, Eval(*e.operands[0], scope));
       if (Truthy(a)) return a;
-      return Eval(*e.operands[1], scope);
+      return EvalBranch(e.operands[1].get(), scope);
     }
     case ExprKind::kConcat: {
       std::string out;
@@ -451,8 +484,10 @@ absl::StatusOr<Value> Renderer::EvalInner(const Expr& e, Scope& scope) {
       return EvalCompare(e, scope);
     case ExprKind::kCondExpr: {
       ASSIGN_OR_RETURN(Value test, Eval(*e.operands[0], scope));
-      if (Truthy(test)) return Eval(*e.operands[1], scope);
-      if (e.operands[2]) return Eval(*e.operands[2], scope);
+      if (Truthy(test)) return EvalBranch(e.operands[1].get(), scope);
+      if (e.operands[2] || lenient_slices_) {
+        return EvalBranch(e.operands[2].get(), scope);
+      }
       auto info = std::make_shared<UndefinedInfo>();
       info->hint = absl::StrCat("the inline if-expression on line ", e.line,
                                 " evaluated to false and no else section was "

@@ -317,8 +317,7 @@ absl::StatusOr<Value> Reverse(Renderer& r, const Value& v, CallArgs& a) {
     return Value::List(std::move(items));
   }
   if (!v.is_list() && !v.is_dict()) {
-    return RenderError(
-        absl::StrCat("argument to reversed() must be a sequence"));
+    return RenderError("argument must be iterable");
   }
   ASSIGN_OR_RETURN(std::vector<Value> items, Items(r, v));
   std::reverse(items.begin(), items.end());

@@ -568,6 +568,7 @@ absl::StatusOr<Body> ParseTemplate(std::string_view source,
   ASSIGN_OR_RETURN(Body body, parser.Run());
   NameChecker checker(origin);
   RETURN_IF_ERROR(checker.Body(body, false));
+  MarkConstantExpressions(body);
   return body;
 }
 

@@ -406,4 +406,24 @@ absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& j) {
   return FromJsonDepth(j, 0);
 }
 
+bool HasSafeRepr(const Value& v) {
+  if (v.is_none() || v.is_number() || v.is_string()) return true;
+  if (v.is_list()) {
+    if (v.seq_kind() != SeqKind::kList && v.seq_kind() != SeqKind::kTuple) {
+      return false;
+    }
+    for (const Value& item : v.list().items) {
+      if (!HasSafeRepr(item)) return false;
+    }
+    return true;
+  }
+  if (v.is_dict()) {
+    for (const auto& [key, value] : v.dict().items()) {
+      if (!HasSafeRepr(key) || !HasSafeRepr(value)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 }  // namespace pdserve::jinja

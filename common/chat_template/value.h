@@ -212,6 +212,9 @@ void AppendStr(const Value& v, std::string* out);  // str(v); Undefined: ""
 void AppendRepr(const Value& v, std::string* out);
 std::string Str(const Value& v);
 std::string Repr(const Value& v);
+// jinja2.compiler.has_safe_repr: None, bool, int, float, str, and tuples,
+// lists and dicts of those (what jinja2 folds a constant into).
+bool HasSafeRepr(const Value& v);
 std::string FloatRepr(double f);                           // Python repr(float)
 void AppendStrRepr(std::string_view s, std::string* out);  // repr(str)
 // Nesting depth of lists/dicts (0 for scalars, 1 for other objects). The
