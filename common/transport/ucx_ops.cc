@@ -75,9 +75,9 @@ void UcxSendOp::Abandon() {
   op_->abandoned_count->fetch_add(1);
 }
 
-unsigned UcxWorker::Progress(void* worker) {
+unsigned UcxWorker::Progress() {
   absl::MutexLock lock(&progress_mu_);
-  return ucp_worker_progress(static_cast<ucp_worker_h>(worker));
+  return ucp_worker_progress(static_cast<ucp_worker_h>(worker_));
 }
 
 void UcxWorker::CancelRequest(UcxOpState& op) {
@@ -99,9 +99,8 @@ void UcxWorker::Drive(UcxOpState& op) {
   // the next progress calls; leaving that to the progress thread would cost
   // two thread hand-offs per message. Over a network the message is not
   // there yet: the progress thread completes it.
-  auto worker = static_cast<ucp_worker_h>(worker_);
   for (int i = 0; i < kInlineProgress && !op.Done(); ++i) {
-    if (Progress(worker) == 0 && i >= kInlineProgress / 2) break;
+    if (Progress() == 0 && i >= kInlineProgress / 2) break;
   }
   if (!op.Done()) Wake();
 }

@@ -279,7 +279,7 @@ void UcxWorker::Run() {
     }
     for (auto& fn : work) fn();
     if (stopping && work.empty()) break;
-    while (Progress(worker) != 0) {
+    while (Progress() != 0) {
     }
     for (auto& ep : failed_) CloseEndpoint(*ep);
     failed_.clear();
@@ -318,7 +318,7 @@ void UcxWorker::Run() {
   endpoints_.clear();
   const absl::Time deadline = absl::Now() + absl::Seconds(2);
   while (!closing_.empty() && absl::Now() < deadline) {
-    Progress(worker);
+    Progress();
     for (auto it = closing_.begin(); it != closing_.end();) {
       if (ucp_request_check_status(*it) == UCS_INPROGRESS) {
         ++it;
@@ -330,7 +330,7 @@ void UcxWorker::Run() {
   }
   while ((drains_in_flight_.load() > 0 || counters_.ops_in_flight.load() > 0) &&
          absl::Now() < deadline) {
-    Progress(worker);
+    Progress();
   }
   if (drains_in_flight_.load() > 0 || counters_.ops_in_flight.load() > 0) {
     // UCX aborts the process when a worker goes with operations on its

@@ -274,7 +274,7 @@ class UcxWorker {
   void Wake();
   // ucp_worker_progress under progress_mu_ (every progress call goes
   // through it).
-  unsigned Progress(void* worker);
+  unsigned Progress();
   // ucp_request_cancel of op's request under progress_mu_, then Wake.
   void CancelRequest(UcxOpState& op);
   // Progresses the worker from the caller's thread until `op` is done or
