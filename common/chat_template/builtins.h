@@ -1,9 +1,9 @@
 // The builtins a template can reach, with jinja2's and Python's semantics:
 // operators (operators.cc), filters (filters.cc, filters_text.cc,
-// filters_seq.cc), tests
-// (predicates.cc), methods of str/dict/list (methods.cc) and the global
-// functions (globals.cc: range, namespace, dict, raise_exception,
-// strftime_now, ...). All are stateless; per-render state is in the Renderer.
+// filters_seq.cc), tests (predicates.cc), methods of str/dict/list
+// (methods.cc) and the global functions (globals.cc: range, namespace, dict,
+// raise_exception, strftime_now, ...). All are stateless; per-render state
+// is in the Renderer.
 #ifndef PDSERVE_COMMON_CHAT_TEMPLATE_BUILTINS_H_
 #define PDSERVE_COMMON_CHAT_TEMPLATE_BUILTINS_H_
 
